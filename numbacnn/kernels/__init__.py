@@ -1,0 +1,1 @@
+"""Compute kernels, one backend per subpackage: ``cpu`` (numba njit) and ``cuda`` (numba.cuda)."""

@@ -1,0 +1,119 @@
+"""2-D convolution (NCHW, float32): im2col plus one BLAS GEMM per example, forward and backward.
+
+Weight gradients are accumulated per chunk of examples and reduced in chunk order (no races).
+"""
+import numpy as np
+from numba import prange
+
+from ..._config import kernel
+from ._util import n_chunks
+
+
+@kernel(parallel=False)
+def _out_range(k, P, S, in_size, out_size):
+    """Output positions o whose input index o*S + k - P lies inside [0, in_size)."""
+    lo = max(0, -((k - P) // S))
+    hi = min(out_size, (in_size - 1 + P - k) // S + 1)
+    return lo, max(lo, hi)
+
+
+@kernel(parallel=False)
+def im2col(cols, x, KH, KW, S, P):
+    """cols[(c, ky, kx), (oy, ox)] = x[c, oy*S + ky - P, ox*S + kx - P], zero where padded.
+
+    cols: (C*KH*KW, OH*OW); x: (C, H, W).
+    """
+    C, H, W = x.shape
+    OH = (H + 2 * P - KH) // S + 1
+    OW = (W + 2 * P - KW) // S + 1
+    zero = np.float32(0.0)
+    for c in range(C):
+        for ky in range(KH):
+            y_lo, y_hi = _out_range(ky, P, S, H, OH)
+            for kx in range(KW):
+                row = cols[(c * KH + ky) * KW + kx]
+                x_lo, x_hi = _out_range(kx, P, S, W, OW)
+                for oy in range(OH):
+                    seg = row[oy * OW:(oy + 1) * OW]
+                    if oy < y_lo or oy >= y_hi:
+                        seg[:] = zero
+                        continue
+                    src = x[c, oy * S + ky - P, x_lo * S + kx - P:]
+                    for ox in range(x_lo):
+                        seg[ox] = zero
+                    dst = seg[x_lo:x_hi]
+                    for j in range(x_hi - x_lo):
+                        dst[j] = src[j * S]
+                    for ox in range(x_hi, OW):
+                        seg[ox] = zero
+
+
+@kernel(parallel=False)
+def col2im(dx, dcols, KH, KW, S, P):
+    """dx[c, iy, ix] = sum of dcols entries that im2col copied from (c, iy, ix); the adjoint of im2col.
+
+    dx: (C, H, W), overwritten; dcols: (C*KH*KW, OH*OW).
+    """
+    C, H, W = dx.shape
+    OH = (H + 2 * P - KH) // S + 1
+    OW = (W + 2 * P - KW) // S + 1
+    dx[:] = np.float32(0.0)
+    for c in range(C):
+        for ky in range(KH):
+            y_lo, y_hi = _out_range(ky, P, S, H, OH)
+            for kx in range(KW):
+                row = dcols[(c * KH + ky) * KW + kx]
+                x_lo, x_hi = _out_range(kx, P, S, W, OW)
+                for oy in range(y_lo, y_hi):
+                    dst = dx[c, oy * S + ky - P, x_lo * S + kx - P:]
+                    src = row[oy * OW + x_lo:oy * OW + x_hi]
+                    for j in range(x_hi - x_lo):
+                        dst[j * S] += src[j]
+
+
+@kernel()
+def conv2d_forward(out, cols, x, w, b, S, P):
+    """out = conv(x, w) + b; cols keeps each example's im2col matrix for the backward.
+
+    out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
+    """
+    N = x.shape[0]
+    Co, Ci, KH, KW = w.shape
+    OH, OW = out.shape[2], out.shape[3]
+    w2 = w.reshape(Co, Ci * KH * KW)
+    for n in prange(N):  # each example writes only out[n] and cols[n]
+        im2col(cols[n], x[n], KH, KW, S, P)
+        o = out[n].reshape(Co, OH * OW)
+        np.dot(w2, cols[n], o)
+        for co in range(Co):
+            o[co] += b[co]
+
+
+@kernel()
+def conv2d_backward(dx, dw_parts, db, dcols, dw_tmp, dout, cols, w, S, P, chunk, need_dx):
+    """Gradients of conv2d_forward. dw_parts[c] is chunk c's weight gradient (reduce with sum_chunks).
+
+    dx: (N, Ci, H, W), written when need_dx; dw_parts, dw_tmp: (n_chunks, Co, Ci*KH*KW);
+    db: (Co,); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace; dout: (N, Co, OH, OW);
+    cols: the forward's im2col cache.
+    """
+    N = dout.shape[0]
+    Co, Ci, KH, KW = w.shape
+    OHW = dout.shape[2] * dout.shape[3]
+    w2t = w.reshape(Co, Ci * KH * KW).T
+    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own dw_parts[c], dcols[c], dx[n]
+        acc = dw_parts[c]
+        acc[:] = np.float32(0.0)
+        tmp = dw_tmp[c]
+        for n in range(c * chunk, min(N, (c + 1) * chunk)):
+            g = dout[n].reshape(Co, OHW)
+            np.dot(g, cols[n].T, tmp)
+            acc += tmp
+            if need_dx:
+                np.dot(w2t, g, dcols[c])
+                col2im(dx[n], dcols[c], KH, KW, S, P)
+    for co in prange(Co):  # bias gradient: one channel per iteration, examples in order
+        s = np.float32(0.0)
+        for n in range(N):
+            s += dout[n, co].sum()
+        db[co] = s

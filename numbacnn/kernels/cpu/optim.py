@@ -1,0 +1,87 @@
+"""Optimizer updates over one flat parameter buffer, with torch.optim's exact formulas."""
+import math
+
+import numpy as np
+from numba import prange
+
+from ..._config import kernel
+
+_BLOCK = 8192
+
+
+@kernel()
+def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """SGD with optional momentum/Nesterov and L2 weight decay added to the gradient (torch.optim.SGD).
+
+    p, g, buf: (M,) float32; buf is the momentum buffer (unused when momentum == 0).
+    """
+    M = p.shape[0]
+    lr32 = np.float32(lr)
+    mom = np.float32(momentum)
+    damp = np.float32(1.0 - dampening)
+    wd = np.float32(weight_decay)
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
+            d = g[i] + wd * p[i]
+            if momentum != 0.0:
+                if first_step:
+                    b = d
+                else:
+                    b = mom * buf[i] + damp * d
+                buf[i] = b
+                d = d + mom * b if nesterov else b
+            p[i] -= lr32 * d
+
+
+@kernel()
+def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered):
+    """RMSProp as torch.optim.RMSprop: eps outside the square root, optional momentum and centering.
+
+    All arrays (M,) float32; grad_avg is used when centered, buf when momentum > 0.
+    """
+    M = p.shape[0]
+    a = np.float32(alpha)
+    one_a = np.float32(1.0 - alpha)
+    e = np.float32(eps)
+    lr32 = np.float32(lr)
+    wd = np.float32(weight_decay)
+    mom = np.float32(momentum)
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
+            d = g[i] + wd * p[i]
+            sq = a * square_avg[i] + one_a * d * d
+            square_avg[i] = sq
+            if centered:
+                ga = a * grad_avg[i] + one_a * d
+                grad_avg[i] = ga
+                avg = np.sqrt(sq - ga * ga) + e
+            else:
+                avg = np.sqrt(sq) + e
+            if momentum > 0.0:
+                b = mom * buf[i] + d / avg
+                buf[i] = b
+                p[i] -= lr32 * b
+            else:
+                p[i] -= lr32 * d / avg
+
+
+@kernel()
+def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+    """Adam with bias correction and L2 weight decay (torch.optim.Adam). All arrays (M,) float32."""
+    M = p.shape[0]
+    b1 = np.float32(beta1)
+    b2 = np.float32(beta2)
+    wd = np.float32(weight_decay)
+    bc1 = 1.0 - beta1 ** step
+    bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
+    step_size = np.float32(lr / bc1)
+    inv_bc2_sqrt = np.float32(1.0 / bc2_sqrt)
+    e = np.float32(eps)
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
+            d = g[i] + wd * p[i]
+            mi = b1 * m[i] + (np.float32(1.0) - b1) * d
+            vi = b2 * v[i] + (np.float32(1.0) - b2) * d * d
+            m[i] = mi
+            v[i] = vi
+            p[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)

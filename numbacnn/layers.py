@@ -1,0 +1,422 @@
+"""Layers: own their parameters, gradients and forward caches; validate shapes before any kernel runs.
+
+Parametrised layers get their arrays from ``Sequential`` (views into one flat buffer) or from
+``initialize(rng)`` when used alone. Buffers returned by ``forward``/``backward`` are reused by the
+next call with the same batch size: copy them if you keep them (``Sequential`` does).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _config
+from .kernels import cpu as K
+
+Shape = tuple[int, ...]
+
+
+def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
+    if isinstance(v, (tuple, list)) and len(v) == 2:
+        a, b = v
+    else:
+        a = b = v
+    for u in (a, b):
+        if isinstance(u, bool) or not isinstance(u, (int, np.integer)) or u < minimum:
+            raise ValueError(f"{layer}: {what} must be an integer >= {minimum} (or a pair), got {v!r}")
+    return int(a), int(b)
+
+
+def _positive_int(v: Any, what: str, layer: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{layer}: {what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+class Layer:
+    """Base class. Subclasses implement ``output_shape``, ``forward`` and ``backward``."""
+
+    param_names: tuple[str, ...] = ()
+    name: str = ""  # set by Sequential to "layer i (Repr)"
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+        self._in_shape: Shape | None = None
+
+    # --- parameters ---------------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, Shape]:
+        return {}
+
+    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
+        """Use these arrays (views of the network's flat buffers) as parameters and gradients."""
+        for k in self.param_names:
+            setattr(self, k, params[k])
+            setattr(self, "d" + k, grads[k])
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        """Fill the bound parameters in place (PyTorch's default initialisation)."""
+
+    def initialize(self, rng: np.random.Generator | int | None = None) -> "Layer":
+        """Allocate and initialise this layer's own parameters (for use outside ``Sequential``)."""
+        shapes = self.param_shapes()
+        self.bind({k: np.zeros(s, np.float32) for k, s in shapes.items()},
+                  {k: np.zeros(s, np.float32) for k, s in shapes.items()})
+        self.reset_parameters(np.random.default_rng(rng))
+        return self
+
+    # --- shapes and buffers -------------------------------------------------------------------
+    def output_shape(self, in_shape: Shape) -> Shape:
+        """Per-example output shape for a per-example input shape; raises ValueError if invalid."""
+        return in_shape
+
+    def _label(self) -> str:
+        return self.name or repr(self)
+
+    def _check_input(self, x: np.ndarray) -> Shape:
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            raise ValueError(f"{self._label()}: expected a float32 ndarray, got "
+                             f"{type(x).__name__} of dtype {getattr(x, 'dtype', None)}")
+        if x.shape[0] < 1:
+            raise ValueError(f"{self._label()}: empty batch (shape {x.shape})")
+        out = self.output_shape(tuple(x.shape[1:]))
+        self._in_shape = tuple(x.shape)
+        return (x.shape[0],) + out
+
+    def _check_grad(self, dy: np.ndarray, expected: Shape) -> np.ndarray:
+        if self._in_shape is None:
+            raise RuntimeError(f"{self._label()}: backward called before forward")
+        if not isinstance(dy, np.ndarray) or dy.shape != expected:
+            raise ValueError(f"{self._label()}: expected an output gradient of shape {expected}, "
+                             f"got {getattr(dy, 'shape', type(dy).__name__)}")
+        return np.ascontiguousarray(dy, dtype=np.float32)
+
+    def _buf(self, key: str, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        b = self._buffers.get(key)
+        if b is None or b.shape != shape or b.dtype != dtype:
+            b = np.empty(shape, dtype)
+            self._buffers[key] = b
+        return b
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        raise NotImplementedError
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _kaiming_uniform(rng: np.random.Generator, arr: np.ndarray, fan_in: int) -> None:
+    # PyTorch: kaiming_uniform_(a=sqrt(5)) for weights and U(-1/sqrt(fan_in), ..) for biases
+    # both reduce to a bound of 1/sqrt(fan_in).
+    bound = 1.0 / math.sqrt(fan_in)
+    arr[...] = rng.uniform(-bound, bound, size=arr.shape).astype(np.float32)
+
+
+def _conv_out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+class Conv2D(Layer):
+    """2-D convolution, weight (C_out, C_in, KH, KW) and bias (C_out,), as ``torch.nn.Conv2d``.
+
+    padding: an int, a pair, "valid" (0) or "same" (stride 1 and odd kernels only).
+    """
+
+    param_names = ("weight", "bias")
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, int] = 0) -> None:
+        super().__init__()
+        label = "Conv2D"
+        self.in_channels = _positive_int(in_channels, "in_channels", label)
+        self.out_channels = _positive_int(out_channels, "out_channels", label)
+        self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
+        self.stride = _pair(stride, "stride", label, 1)
+        if self.stride[0] != self.stride[1]:
+            raise ValueError(f"{label}: only equal strides are supported, got {stride!r}")
+        if isinstance(padding, str):
+            if padding == "valid":
+                pad = (0, 0)
+            elif padding == "same":
+                kh, kw = self.kernel_size
+                if self.stride != (1, 1) or kh % 2 == 0 or kw % 2 == 0:
+                    raise ValueError(f"{label}: padding='same' needs stride 1 and an odd kernel size, "
+                                     f"got kernel_size={kernel_size!r}, stride={stride!r}")
+                pad = (kh // 2, kw // 2)
+            else:
+                raise ValueError(f"{label}: padding must be an int, 'valid' or 'same', got {padding!r}")
+        else:
+            pad = _pair(padding, "padding", label, 0)
+        if pad[0] != pad[1]:
+            raise ValueError(f"{label}: only equal padding on both axes is supported, got {padding!r}")
+        self.padding = pad
+        self._padding_arg = padding
+
+    def param_shapes(self) -> dict[str, Shape]:
+        kh, kw = self.kernel_size
+        return {"weight": (self.out_channels, self.in_channels, kh, kw), "bias": (self.out_channels,)}
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        _kaiming_uniform(rng, self.weight, fan_in)
+        _kaiming_uniform(rng, self.bias, fan_in)
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3 or in_shape[0] != self.in_channels:
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_channels}, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        (kh, kw), (s, _), (p, _) = self.kernel_size, self.stride, self.padding
+        h, w = in_shape[1], in_shape[2]
+        if h + 2 * p < kh or w + 2 * p < kw:
+            raise ValueError(f"{self._label()}: input {h}x{w} with padding {p} is smaller than the "
+                             f"kernel {kh}x{kw}")
+        return (self.out_channels, _conv_out(h, kh, s, p), _conv_out(w, kw, s, p))
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        x = np.ascontiguousarray(x)
+        n, _, oh, ow = out_shape
+        kh, kw = self.kernel_size
+        _config.single_thread_kernel_blas()
+        y = self._buf("y", out_shape)
+        cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
+        K.conv2d_forward(y, cols, x, self.weight, self.bias, self.stride[0], self.padding[0])
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        n = self._in_shape[0] if self._in_shape else 0
+        dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        kh, kw = self.kernel_size
+        ckk = self.in_channels * kh * kw
+        chunks = -(-n // _config.CHUNK)
+        oh, ow = dy.shape[2], dy.shape[3]
+        dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1, 1, 1))
+        dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
+        dw_tmp = self._buf("dw_tmp", (chunks, self.out_channels, ckk))
+        dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
+        K.conv2d_backward(dx, dw_parts, self.dbias, dcols, dw_tmp, dy, self._buffers["cols"],
+                          self.weight, self.stride[0], self.padding[0], _config.CHUNK, need_dx)
+        K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+        return dx if need_dx else None
+
+    def __repr__(self) -> str:
+        s = f"Conv2D({self.in_channels}, {self.out_channels}, {self.kernel_size[0]}"
+        if self.stride[0] != 1:
+            s += f", stride={self.stride[0]}"
+        if self.padding[0] != 0:
+            s += f", padding={self._padding_arg!r}"
+        return s + ")"
+
+
+class _Pool2D(Layer):
+    kind = "Pool"
+
+    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
+                 padding: int | tuple[int, int] = 0) -> None:
+        super().__init__()
+        label = type(self).__name__
+        self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
+        self.stride = self.kernel_size if stride is None else _pair(stride, "stride", label, 1)
+        self.padding = _pair(padding, "padding", label, 0)
+        if self.stride[0] != self.stride[1] or self.padding[0] != self.padding[1]:
+            raise ValueError(f"{label}: stride and padding must be equal on both axes")
+        if self.padding[0] > self.kernel_size[0] // 2 or self.padding[1] > self.kernel_size[1] // 2:
+            raise ValueError(f"{label}: padding must be at most half the kernel size, got "
+                             f"padding={padding!r}, kernel_size={kernel_size!r}")
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3:
+            raise ValueError(f"{self._label()}: expected input of shape (N, C, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        (kh, kw), (s, _), (p, _) = self.kernel_size, self.stride, self.padding
+        c, h, w = in_shape
+        if h + 2 * p < kh or w + 2 * p < kw:
+            raise ValueError(f"{self._label()}: input {h}x{w} is smaller than the window {kh}x{kw}")
+        return (c, _conv_out(h, kh, s, p), _conv_out(w, kw, s, p))
+
+    def __repr__(self) -> str:
+        s = f"{type(self).__name__}({self.kernel_size[0]}"
+        if self.stride != self.kernel_size:
+            s += f", stride={self.stride[0]}"
+        if self.padding[0]:
+            s += f", padding={self.padding[0]}"
+        return s + ")"
+
+
+class MaxPool2D(_Pool2D):
+    """Max pooling as ``torch.nn.MaxPool2d``; caches each example's argmax for the backward."""
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        y = self._buf("y", out_shape)
+        argmax = self._buf("argmax", out_shape, np.int32)
+        K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), self.kernel_size[0],
+                            self.kernel_size[1], self.stride[0], self.padding[0])
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        if not need_dx:
+            return None
+        dx = self._buf("dx", self._in_shape)
+        K.maxpool2d_backward(dx, dy, self._buffers["argmax"])
+        return dx
+
+
+class AvgPool2D(_Pool2D):
+    """Average pooling as ``torch.nn.AvgPool2d`` (zero padding counted in the mean)."""
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        y = self._buf("y", out_shape)
+        K.avgpool2d_forward(y, np.ascontiguousarray(x), self.kernel_size[0], self.kernel_size[1],
+                            self.stride[0], self.padding[0])
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        if not need_dx:
+            return None
+        dx = self._buf("dx", self._in_shape)
+        K.avgpool2d_backward(dx, dy, self.kernel_size[0], self.kernel_size[1], self.stride[0],
+                             self.padding[0])
+        return dx
+
+
+class Dense(Layer):
+    """Fully connected layer, weight (out_features, in_features), as ``torch.nn.Linear``."""
+
+    param_names = ("weight", "bias")
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features = _positive_int(in_features, "in_features", "Dense")
+        self.out_features = _positive_int(out_features, "out_features", "Dense")
+
+    def param_shapes(self) -> dict[str, Shape]:
+        return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        _kaiming_uniform(rng, self.weight, self.in_features)
+        _kaiming_uniform(rng, self.bias, self.in_features)
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if in_shape != (self.in_features,):
+            hint = " (add Flatten() before Dense)" if len(in_shape) > 1 else ""
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_features}), "
+                             f"got (N, {', '.join(map(str, in_shape))}){hint}")
+        return (self.out_features,)
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        _config.single_thread_kernel_blas()
+        self._x = np.ascontiguousarray(x)
+        y = self._buf("y", out_shape)
+        K.dense_forward(y, self._x, self.weight, self.bias, _config.CHUNK)
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        n = self._in_shape[0] if self._in_shape else 0
+        dy = self._check_grad(dy, (n, self.out_features))
+        chunks = -(-n // _config.CHUNK)
+        dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1))
+        dw_parts = self._buf("dw_parts", (chunks, self.out_features, self.in_features))
+        K.dense_backward(dx, dw_parts, self.dbias, dy, self._x, self.weight, _config.CHUNK, need_dx)
+        K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+        return dx if need_dx else None
+
+    def __repr__(self) -> str:
+        return f"Dense({self.in_features}, {self.out_features})"
+
+
+class _Elementwise(Layer):
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        y = self._buf("y", out_shape)
+        self._apply(y.reshape(-1), np.ascontiguousarray(x).reshape(-1), training)
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._in_shape or ())
+        if not need_dx:
+            return None
+        dx = self._buf("dx", self._in_shape)
+        self._apply_backward(dx.reshape(-1), dy.reshape(-1))
+        return dx
+
+    def _apply(self, y: np.ndarray, x: np.ndarray, training: bool) -> None:
+        raise NotImplementedError
+
+    def _apply_backward(self, dx: np.ndarray, dy: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class ReLU(_Elementwise):
+    """max(x, 0); the gradient passes where the output is positive."""
+
+    def _apply(self, y, x, training):
+        K.relu_forward(y, x)
+
+    def _apply_backward(self, dx, dy):
+        K.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
+
+
+class Tanh(_Elementwise):
+    """Hyperbolic tangent."""
+
+    def _apply(self, y, x, training):
+        K.tanh_forward(y, x)
+
+    def _apply_backward(self, dx, dy):
+        K.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
+
+
+class Dropout(_Elementwise):
+    """Inverted dropout: zeroes each input with probability p and scales the rest by 1/(1-p).
+
+    Identity when ``training=False``. The mask comes from ``rng`` (set by ``Sequential``'s seed).
+    """
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p must be a probability in [0, 1), got {p!r}")
+        self.p = float(p)
+        self.rng = np.random.default_rng()
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        self.rng = np.random.default_rng(rng.integers(2**63))
+
+    def _apply(self, y, x, training):
+        mask = self._buf("mask", x.shape)
+        if training and self.p > 0.0:
+            keep = self.rng.random(x.shape[0], dtype=np.float32) >= self.p
+            np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
+        else:
+            mask[:] = 1.0
+        K.dropout_forward(y, x, mask)
+
+    def _apply_backward(self, dx, dy):
+        K.dropout_backward(dx, dy, self._buffers["mask"])
+
+    def __repr__(self) -> str:
+        return f"Dropout({self.p})"
+
+
+class Flatten(Layer):
+    """(N, C, H, W) -> (N, C*H*W) in C order, as ``torch.nn.Flatten``."""
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        return (int(np.prod(in_shape)),)
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        return np.ascontiguousarray(x).reshape(out_shape)
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        n = self._in_shape[0] if self._in_shape else 0
+        dy = self._check_grad(dy, (n,) + self.output_shape(self._in_shape[1:]) if self._in_shape else ())
+        return dy.reshape(self._in_shape) if need_dx else None

@@ -1,0 +1,189 @@
+"""The model: a Sequential stack of layers whose parameters and gradients live in two flat buffers."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from .kernels import cpu as K
+from .layers import Layer, Shape
+
+EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
+
+
+class Sequential:
+    """Layers applied in order; parameter names follow ``torch.nn.Sequential`` ("0.weight", ...).
+
+    Parameters
+    ----------
+    layers : list of Layer
+    seed : int, numpy Generator or None
+        Seeds the parameter initialisation (PyTorch's Kaiming-uniform) and the dropout masks.
+    """
+
+    def __init__(self, layers: Iterable[Layer], seed: int | np.random.Generator | None = None) -> None:
+        self.layers: list[Layer] = list(layers)
+        if not self.layers:
+            raise ValueError("Sequential needs at least one layer")
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, Layer):
+                raise ValueError(f"Sequential: item {i} is {type(layer).__name__}, not a numbacnn layer")
+            layer.name = f"layer {i} ({layer!r})"
+        # One flat buffer for parameters and one for gradients; every layer gets named views.
+        self._slots: list[tuple[str, int, str, slice, Shape]] = []
+        offset = 0
+        for i, layer in enumerate(self.layers):
+            for pname, shape in layer.param_shapes().items():
+                size = int(np.prod(shape))
+                self._slots.append((f"{i}.{pname}", i, pname, slice(offset, offset + size), shape))
+                offset += size
+        self.params = np.zeros(offset, np.float32)
+        self.grads = np.zeros(offset, np.float32)
+        for i, layer in enumerate(self.layers):
+            views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
+            layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
+                       {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
+        self.reset_parameters(seed)
+        self._can_backward = False
+
+    def reset_parameters(self, seed: int | np.random.Generator | None = None) -> None:
+        rng = np.random.default_rng(seed)
+        for layer in self.layers:
+            layer.reset_parameters(rng)
+        self.grads[:] = 0.0
+
+    @property
+    def n_params(self) -> int:
+        return int(self.params.size)
+
+    # --- computation --------------------------------------------------------------------------
+    def output_shape(self, in_shape: Shape) -> Shape:
+        """Per-example output shape for a per-example input shape, e.g. (1, 28, 28) -> (10,)."""
+        shape = tuple(int(s) for s in in_shape)
+        for layer in self.layers:
+            shape = layer.output_shape(shape)
+        return shape
+
+    def _check_x(self, x: np.ndarray) -> np.ndarray:
+        if not isinstance(x, np.ndarray):
+            raise ValueError(f"input must be a numpy array, got {type(x).__name__}")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise ValueError(f"input must be a floating-point array (float32), got dtype {x.dtype}")
+        if x.ndim < 2 or x.shape[0] == 0:
+            raise ValueError(f"input must be a non-empty batch (N, ...), got shape {x.shape}")
+        self.output_shape(x.shape[1:])  # raises a ValueError naming the layer before any kernel runs
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        """Run the layers on x (N, C, H, W) float32; returns a new (N, n_outputs) array.
+
+        ``training=True`` applies dropout and keeps the caches that ``backward`` needs;
+        ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory.
+        """
+        x = self._check_x(x)
+        if training:
+            h = x
+            for layer in self.layers:
+                h = layer.forward(h, training=True)
+            self._can_backward = True
+            return h.copy()
+        self._can_backward = False
+        parts = []
+        for lo in range(0, x.shape[0], EVAL_BATCH):
+            h = x[lo:lo + EVAL_BATCH]
+            for layer in self.layers:
+                h = layer.forward(h, training=False)
+            parts.append(h.copy())
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    __call__ = forward
+
+    def backward(self, dout: np.ndarray, need_input_grad: bool = True) -> np.ndarray | None:
+        """Backpropagate dL/d(output); stores every parameter gradient (overwriting) and returns dL/dx.
+
+        With ``need_input_grad=False`` the first layer skips its input gradient and None is returned.
+        """
+        if not self._can_backward:
+            raise RuntimeError("backward needs a preceding forward(x, training=True)")
+        g = dout
+        for i in range(len(self.layers) - 1, -1, -1):
+            g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
+        return None if g is None else g.copy()
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        """Softmax of the logits, (N, n_classes)."""
+        logits = self.forward(x, training=False)
+        out = np.empty_like(logits)
+        K.softmax(out, logits)
+        return out
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Class index with the highest logit, (N,) int64."""
+        return np.argmax(self.forward(x, training=False), axis=1)
+
+    # --- parameters ---------------------------------------------------------------------------
+    def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        return {key: flat[sl].reshape(shape) for key, _, _, sl, shape in self._slots}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the parameters, named and shaped as in ``torch.nn.Sequential``."""
+        return {k: v.copy() for k, v in self._views(self.params).items()}
+
+    def grad_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the last backward's parameter gradients, same names as ``state_dict``."""
+        return {k: v.copy() for k, v in self._views(self.grads).items()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Copy parameters in; every key must be present with the right shape (nothing is changed
+        unless all of them match)."""
+        views = self._views(self.params)
+        missing = sorted(set(views) - set(state))
+        unexpected = sorted(set(state) - set(views))
+        if missing or unexpected:
+            raise ValueError(f"state dict does not match the network: missing {missing}, "
+                             f"unexpected {unexpected}")
+        arrays = {}
+        for key, view in views.items():
+            a = np.asarray(state[key])
+            if a.shape != view.shape:
+                raise ValueError(f"state dict entry {key!r} has shape {a.shape}, the network "
+                                 f"expects {view.shape}")
+            if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+                raise ValueError(f"state dict entry {key!r} has dtype {a.dtype}, expected float32")
+            arrays[key] = a
+        for key, a in arrays.items():
+            views[key][...] = a
+
+    def __repr__(self) -> str:
+        inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
+        return f"Sequential(\n{inner}\n)"
+
+
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean softmax cross-entropy over the batch and its gradient with respect to the logits.
+
+    Parameters
+    ----------
+    logits : (N, K) float32
+    y : (N,) integer labels in [0, K)
+
+    Returns
+    -------
+    loss : float
+    dlogits : (N, K) float32, the gradient of the mean loss (already divided by N)
+    """
+    if not isinstance(logits, np.ndarray) or logits.ndim != 2 or logits.shape[0] == 0:
+        raise ValueError(f"logits must be a (N, K) array, got shape {getattr(logits, 'shape', None)}")
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"labels must be integers, got dtype {y.dtype}")
+    if y.shape != (logits.shape[0],):
+        raise ValueError(f"labels must have shape ({logits.shape[0]},), got {y.shape}")
+    n_classes = logits.shape[1]
+    if y.min() < 0 or y.max() >= n_classes:
+        raise ValueError(f"labels must lie in [0, {n_classes}), got range [{y.min()}, {y.max()}]")
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    dlogits = np.empty_like(logits)
+    losses = np.empty(logits.shape[0], np.float64)
+    K.softmax_cross_entropy(dlogits, losses, logits, y.astype(np.int64, copy=False))
+    return float(losses.mean()), dlogits

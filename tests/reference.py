@@ -1,0 +1,190 @@
+"""Slow, obviously-correct NumPy float64 loops: the oracle every kernel is tested against."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def out_size(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def conv2d_forward(x, w, b, stride, pad):
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    N, C, H, W = x.shape
+    Co, _, KH, KW = w.shape
+    OH, OW = out_size(H, KH, stride, pad), out_size(W, KW, stride, pad)
+    xp = np.zeros((N, C, H + 2 * pad, W + 2 * pad))
+    xp[:, :, pad:pad + H, pad:pad + W] = x
+    out = np.zeros((N, Co, OH, OW))
+    for n in range(N):
+        for co in range(Co):
+            for oy in range(OH):
+                for ox in range(OW):
+                    patch = xp[n, :, oy * stride:oy * stride + KH, ox * stride:ox * stride + KW]
+                    out[n, co, oy, ox] = np.sum(patch * w[co]) + b[co]
+    return out
+
+
+def conv2d_backward(dout, x, w, stride, pad):
+    """Returns (dx, dw, db) by scattering each output's gradient to the inputs it read."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    dout = np.asarray(dout, np.float64)
+    N, C, H, W = x.shape
+    Co, _, KH, KW = w.shape
+    OH, OW = dout.shape[2:]
+    xp = np.zeros((N, C, H + 2 * pad, W + 2 * pad))
+    xp[:, :, pad:pad + H, pad:pad + W] = x
+    dxp = np.zeros_like(xp)
+    dw = np.zeros_like(w)
+    db = dout.sum(axis=(0, 2, 3))
+    for n in range(N):
+        for co in range(Co):
+            for oy in range(OH):
+                for ox in range(OW):
+                    g = dout[n, co, oy, ox]
+                    sl = (slice(oy * stride, oy * stride + KH), slice(ox * stride, ox * stride + KW))
+                    dw[co] += g * xp[n][:, sl[0], sl[1]]
+                    dxp[n][:, sl[0], sl[1]] += g * w[co]
+    return dxp[:, :, pad:pad + H, pad:pad + W], dw, db
+
+
+def _windows(H, W, K, S, P):
+    """Yield (oy, ox, [(iy, ix) inside the input, in row-major window order])."""
+    for oy in range(out_size(H, K, S, P)):
+        for ox in range(out_size(W, K, S, P)):
+            cells = [(iy, ix)
+                     for iy in range(oy * S - P, oy * S - P + K)
+                     for ix in range(ox * S - P, ox * S - P + K)
+                     if 0 <= iy < H and 0 <= ix < W]
+            yield oy, ox, cells
+
+
+def maxpool2d_forward(x, K, S, P):
+    """Returns (out, argmax) with argmax the flat index iy*W+ix of the first maximum (first NaN)."""
+    N, C, H, W = x.shape
+    OH, OW = out_size(H, K, S, P), out_size(W, K, S, P)
+    out = np.zeros((N, C, OH, OW))
+    arg = np.zeros((N, C, OH, OW), np.int64)
+    for n in range(N):
+        for c in range(C):
+            for oy, ox, cells in _windows(H, W, K, S, P):
+                vals = [float(x[n, c, iy, ix]) for iy, ix in cells]
+                nan = [i for i, v in enumerate(vals) if math.isnan(v)]
+                best = nan[0] if nan else int(np.argmax(vals))  # np.argmax: first maximum
+                out[n, c, oy, ox] = vals[best]
+                arg[n, c, oy, ox] = cells[best][0] * W + cells[best][1]
+    return out, arg
+
+
+def maxpool2d_backward(dout, x, K, S, P):
+    _, arg = maxpool2d_forward(x, K, S, P)
+    N, C, H, W = x.shape
+    dx = np.zeros((N, C, H * W))
+    for n in range(N):
+        for c in range(C):
+            for i, a in enumerate(arg[n, c].ravel()):
+                dx[n, c, a] += dout[n, c].ravel()[i]
+    return dx.reshape(N, C, H, W)
+
+
+def avgpool2d_forward(x, K, S, P):
+    N, C, H, W = x.shape
+    out = np.zeros((N, C, out_size(H, K, S, P), out_size(W, K, S, P)))
+    for n in range(N):
+        for c in range(C):
+            for oy, ox, cells in _windows(H, W, K, S, P):
+                out[n, c, oy, ox] = sum(float(x[n, c, iy, ix]) for iy, ix in cells) / (K * K)
+    return out
+
+
+def avgpool2d_backward(dout, x, K, S, P):
+    N, C, H, W = x.shape
+    dx = np.zeros((N, C, H, W))
+    for n in range(N):
+        for c in range(C):
+            for oy, ox, cells in _windows(H, W, K, S, P):
+                for iy, ix in cells:
+                    dx[n, c, iy, ix] += dout[n, c, oy, ox] / (K * K)
+    return dx
+
+
+def dense_forward(x, w, b):
+    return np.asarray(x, np.float64) @ np.asarray(w, np.float64).T + b
+
+
+def dense_backward(dout, x, w):
+    dout = np.asarray(dout, np.float64)
+    return dout @ np.asarray(w, np.float64), dout.T @ np.asarray(x, np.float64), dout.sum(0)
+
+
+def softmax_cross_entropy(logits, y):
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    n = len(y)
+    loss = -logp[np.arange(n), y].mean()
+    d = np.exp(logp)
+    d[np.arange(n), y] -= 1.0
+    return loss, d / n
+
+
+def sgd(p, g, buf, lr, momentum, dampening, wd, nesterov, first):
+    d = g + wd * p
+    if momentum:
+        buf = d.copy() if first else momentum * buf + (1 - dampening) * d
+        d = d + momentum * buf if nesterov else buf
+    return p - lr * d, buf
+
+
+def rmsprop(p, g, sq, ga, buf, lr, alpha, eps, wd, momentum, centered):
+    d = g + wd * p
+    sq = alpha * sq + (1 - alpha) * d * d
+    if centered:
+        ga = alpha * ga + (1 - alpha) * d
+        avg = np.sqrt(sq - ga * ga) + eps
+    else:
+        avg = np.sqrt(sq) + eps
+    if momentum > 0:
+        buf = momentum * buf + d / avg
+        return p - lr * buf, sq, ga, buf
+    return p - lr * d / avg, sq, ga, buf
+
+
+def adam(p, g, m, v, lr, b1, b2, eps, wd, t):
+    d = g + wd * p
+    m = b1 * m + (1 - b1) * d
+    v = b2 * v + (1 - b2) * d * d
+    mhat = m / (1 - b1 ** t)
+    vhat = v / (1 - b2 ** t)
+    return p - lr * mhat / (np.sqrt(vhat) + eps), m, v
+
+
+def network_loss(layers_spec, params, x, y):
+    """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
+    K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) entries; params holds the
+    weights in state_dict order."""
+    h = np.asarray(x, np.float64)
+    it = iter(params)
+    for spec in layers_spec:
+        kind = spec[0]
+        if kind == "conv":
+            w, b = next(it), next(it)
+            h = conv2d_forward(h, w, b, spec[1], spec[2])
+        elif kind == "dense":
+            w, b = next(it), next(it)
+            h = dense_forward(h, w, b)
+        elif kind == "relu":
+            h = np.maximum(h, 0.0)
+        elif kind == "tanh":
+            h = np.tanh(h)
+        elif kind == "maxpool":
+            h = maxpool2d_forward(h, *spec[1:])[0]
+        elif kind == "avgpool":
+            h = avgpool2d_forward(h, *spec[1:])
+        elif kind == "flatten":
+            h = h.reshape(h.shape[0], -1)
+    return softmax_cross_entropy(h, y)[0]

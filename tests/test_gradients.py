@@ -1,0 +1,160 @@
+"""Backward passes against float64 central finite differences of the oracle, and the brief's claims
+about batch averaging, argmax routing and gradient summation at pooling outputs."""
+import numpy as np
+import pytest
+
+import numbacnn as nc
+import reference as ref
+from conftest import f32
+
+EPS = 1e-6  # central-difference step in float64; tolerances below are for float32 kernels
+
+
+def numeric_grad(f, a):
+    """Central differences of scalar f with respect to every element of float64 array a."""
+    g = np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+        old = a[i]
+        a[i] = old + EPS
+        fp = f()
+        a[i] = old - EPS
+        fm = f()
+        a[i] = old
+        g[i] = (fp - fm) / (2 * EPS)
+    return g
+
+
+NET_SPEC = [("conv", 1, 1), ("relu",), ("maxpool", 3, 2, 1), ("conv", 2, 0), ("tanh",),
+            ("avgpool", 2, 1, 0), ("flatten",), ("dense",), ("relu",), ("dense",)]
+
+
+def small_net(seed=0):
+    return nc.Sequential([
+        nc.Conv2D(2, 3, 3, padding=1), nc.ReLU(), nc.MaxPool2D(3, stride=2, padding=1),
+        nc.Conv2D(3, 4, 2, stride=2), nc.Tanh(), nc.AvgPool2D(2, stride=1), nc.Flatten(),
+        nc.Dense(4, 6), nc.ReLU(), nc.Dense(6, 3)], seed=seed)
+
+
+def test_whole_network_gradient_matches_finite_differences(rng):
+    net = small_net()
+    x = f32(rng.standard_normal((4, 2, 9, 9)))
+    y = rng.integers(0, 3, 4)
+    loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    dx = net.backward(d)
+    params = [v.astype(np.float64) for v in net.state_dict().values()]
+    x64 = x.astype(np.float64)
+    assert loss == pytest.approx(ref.network_loss(NET_SPEC, params, x64, y), rel=1e-5)
+    for (name, g), p in zip(net.grad_dict().items(), params):
+        num = numeric_grad(lambda: ref.network_loss(NET_SPEC, params, x64, y), p)
+        np.testing.assert_allclose(g, num, rtol=2e-3, atol=2e-5, err_msg=name)
+    num_dx = numeric_grad(lambda: ref.network_loss(NET_SPEC, params, x64, y), x64)
+    np.testing.assert_allclose(dx, num_dx, rtol=2e-3, atol=2e-5)
+
+
+@pytest.mark.parametrize("layer_factory,spec", [
+    (lambda: nc.Conv2D(2, 3, 3, stride=2, padding=1), ("conv", 2, 1)),
+    (lambda: nc.MaxPool2D(2), ("maxpool", 2, 2, 0)),
+    (lambda: nc.MaxPool2D(3, stride=1, padding=1), ("maxpool", 3, 1, 1)),
+    (lambda: nc.AvgPool2D(3, stride=2, padding=1), ("avgpool", 3, 2, 1)),
+])
+def test_layer_input_gradient_matches_finite_differences(rng, layer_factory, spec):
+    """Per layer: L = sum(R * layer(x)); dL/dx from backward(R) against central differences."""
+    layer = layer_factory()
+    if layer.param_shapes():
+        layer.initialize(rng)
+    x = f32(rng.permutation(2 * 2 * 7 * 7).reshape(2, 2, 7, 7) / 10.0)  # distinct: no ties in FD
+    y = layer.forward(x, training=True)
+    R = rng.standard_normal(y.shape)
+    dx = layer.backward(f32(R))
+    params = [layer.weight.astype(np.float64), layer.bias.astype(np.float64)] if spec[0] == "conv" else []
+    x64 = x.astype(np.float64)
+
+    def f():
+        h = x64
+        if spec[0] == "conv":
+            h = ref.conv2d_forward(h, params[0], params[1], spec[1], spec[2])
+        elif spec[0] == "maxpool":
+            h = ref.maxpool2d_forward(h, *spec[1:])[0]
+        else:
+            h = ref.avgpool2d_forward(h, *spec[1:])
+        return float((R * h).sum())
+
+    np.testing.assert_allclose(dx, numeric_grad(f, x64), rtol=1e-3, atol=1e-4)
+    if params:
+        np.testing.assert_allclose(layer.dweight, numeric_grad(f, params[0]), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(layer.dbias, numeric_grad(f, params[1]), rtol=1e-3, atol=1e-4)
+
+
+def test_batch_gradient_is_mean_of_per_example_gradients(rng):
+    net = small_net(seed=3)
+    x = f32(rng.standard_normal((21, 2, 9, 9)))  # 21 > one chunk of 16: crosses a chunk boundary
+    y = rng.integers(0, 3, 21)
+    net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
+    batch = net.grad_dict()
+    per_example = []
+    for i in range(len(x)):
+        net.backward(nc.softmax_cross_entropy(net.forward(x[i:i + 1], training=True), y[i:i + 1])[1])
+        per_example.append(net.grad_dict())
+    for k in batch:
+        mean = np.mean([g[k].astype(np.float64) for g in per_example], axis=0)
+        np.testing.assert_allclose(batch[k], mean, rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_maxpool_routes_each_example_to_its_own_argmax(rng):
+    N = 3
+    x = f32(rng.standard_normal((N, 1, 4, 4)))
+    # make the maximum of the top-left window sit at a different place for every example
+    for n, (iy, ix) in enumerate([(0, 0), (1, 1), (0, 1)]):
+        x[n, 0, :2, :2] = -5.0
+        x[n, 0, iy, ix] = 5.0
+    pool = nc.MaxPool2D(2)
+    pool.forward(x, training=True)
+    dout = np.zeros((N, 1, 2, 2), np.float32)
+    dout[:, 0, 0, 0] = [1.0, 2.0, 3.0]
+    dx = pool.backward(dout)
+    for n, (iy, ix) in enumerate([(0, 0), (1, 1), (0, 1)]):
+        window = dx[n, 0, :2, :2]
+        assert window[iy, ix] == dout[n, 0, 0, 0]
+        assert np.count_nonzero(window) == 1  # only that example's argmax receives gradient
+    assert np.count_nonzero(dx[:, 0, 2:, :]) == 0 and np.count_nonzero(dx[:, 0, :, 2:]) == 0
+
+
+def test_tie_goes_to_first_index_and_overlap_accumulates():
+    x = np.zeros((1, 1, 3, 3), np.float32)
+    x[0, 0, 1, 1] = 1.0  # the centre is the maximum of all four overlapping 2x2/s1 windows
+    pool = nc.MaxPool2D(2, stride=1)
+    pool.forward(x, training=True)
+    dx = pool.backward(np.ones((1, 1, 2, 2), np.float32))
+    assert dx[0, 0, 1, 1] == 4.0 and dx.sum() == 4.0
+    flat = np.zeros((1, 1, 2, 2), np.float32)  # all equal: the first cell wins
+    pool2 = nc.MaxPool2D(2)
+    pool2.forward(flat, training=True)
+    np.testing.assert_array_equal(pool2.backward(np.ones((1, 1, 1, 1), np.float32))[0, 0],
+                                  [[1.0, 0.0], [0.0, 0.0]])
+
+
+def test_gradient_at_pool_output_sums_over_downstream_readers(rng):
+    """dL/d(pool output) = sum over every Dense / Conv2D neuron that reads it, weighted."""
+    dense = nc.Dense(8, 5).initialize(rng)
+    h = f32(rng.standard_normal((2, 8)))
+    dense.forward(h, training=True)
+    g = f32(rng.standard_normal((2, 5)))
+    dh = dense.backward(g)
+    for n in range(2):
+        for i in range(8):
+            expect = sum(float(g[n, j]) * float(dense.weight[j, i]) for j in range(5))
+            assert dh[n, i] == pytest.approx(expect, rel=1e-5, abs=1e-6)
+    conv = nc.Conv2D(2, 3, 3, padding=1).initialize(rng)
+    h = f32(rng.standard_normal((1, 2, 4, 4)))
+    conv.forward(h, training=True)
+    g = f32(rng.standard_normal((1, 3, 4, 4)))
+    dh = conv.backward(g)
+    c, iy, ix = 1, 2, 1
+    expect = 0.0
+    for co in range(3):
+        for oy in range(4):
+            for ox in range(4):
+                ky, kx = iy - oy + 1, ix - ox + 1  # input (iy, ix) is read by output (oy, ox) via tap
+                if 0 <= ky < 3 and 0 <= kx < 3:
+                    expect += float(g[0, co, oy, ox]) * float(conv.weight[co, c, ky, kx])
+    assert dh[0, c, iy, ix] == pytest.approx(expect, rel=1e-5, abs=1e-6)

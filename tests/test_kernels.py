@@ -1,0 +1,138 @@
+"""Every CPU kernel (through its layer) against the float64 oracle in reference.py."""
+import numpy as np
+import pytest
+
+import numbacnn as nc
+import reference as ref
+from conftest import f32
+
+CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
+    (3, 1, 7, 7, 4, 3, 1, 0),
+    (2, 3, 9, 8, 5, 3, 2, 1),
+    (2, 2, 8, 9, 3, 3, 1, "same"),
+    (1, 3, 11, 10, 2, 5, 2, 2),
+    (5, 4, 6, 6, 7, 1, 1, 0),
+    (2, 2, 7, 7, 3, 4, 3, 1),
+    (17, 2, 5, 6, 3, 3, 1, 1),  # more examples than one gradient chunk
+]
+
+
+def _pad(p, k):
+    return k // 2 if p == "same" else p
+
+
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
+def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P):
+    layer = nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng)
+    x = f32(rng.standard_normal((N, Ci, H, W)))
+    y = layer.forward(x, training=True)
+    pad = _pad(P, K)
+    expect = ref.conv2d_forward(x, layer.weight, layer.bias, S, pad)
+    assert y.shape == expect.shape
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
+    dout = f32(rng.standard_normal(y.shape))
+    dx = layer.backward(dout)
+    rdx, rdw, rdb = ref.conv2d_backward(dout, x, layer.weight, S, pad)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
+
+
+POOL_CASES = [  # (N, C, H, W, K, S, P)
+    (2, 3, 8, 8, 2, 2, 0),
+    (3, 2, 7, 9, 2, 2, 0),  # odd sizes: last row/column dropped
+    (2, 2, 9, 9, 3, 2, 0),  # overlapping windows
+    (2, 3, 7, 6, 3, 1, 1),  # stride 1 with padding
+    (1, 1, 5, 5, 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("N,C,H,W,K,S,P", POOL_CASES)
+@pytest.mark.parametrize("ties", [False, True])
+def test_maxpool2d_matches_oracle(rng, N, C, H, W, K, S, P, ties):
+    if ties:  # few distinct values: many windows hold several equal maxima
+        x = f32(rng.integers(-2, 2, size=(N, C, H, W)))
+    else:
+        x = f32(rng.standard_normal((N, C, H, W)))
+    layer = nc.MaxPool2D(K, stride=S, padding=P)
+    y = layer.forward(x, training=True)
+    ey, earg = ref.maxpool2d_forward(x, K, S, P)
+    np.testing.assert_array_equal(y, ey)
+    np.testing.assert_array_equal(layer._buffers["argmax"], earg)
+    dout = f32(rng.standard_normal(y.shape))
+    dx = layer.backward(dout)
+    np.testing.assert_allclose(dx, ref.maxpool2d_backward(dout, x, K, S, P), rtol=1e-6, atol=1e-6)
+
+
+def test_maxpool2d_nan_is_the_maximum_and_padding_never_wins(rng):
+    x = f32(-np.abs(rng.standard_normal((1, 1, 4, 4))) - 1.0)  # all negative: zero padding would win
+    x[0, 0, 1, 1] = np.nan
+    x[0, 0, 1, 0] = np.nan  # earlier NaN in the same window: first NaN wins
+    layer = nc.MaxPool2D(3, stride=1, padding=1)
+    y = layer.forward(x, training=True)
+    ey, earg = ref.maxpool2d_forward(x, 3, 1, 1)
+    np.testing.assert_array_equal(layer._buffers["argmax"], earg)
+    assert np.isnan(y[0, 0, 0, 0]) and layer._buffers["argmax"][0, 0, 0, 0] == 4
+    finite = ~np.isnan(ey)
+    np.testing.assert_array_equal(y[finite], ey[finite])
+    assert (y[finite] < 0).all()
+
+
+@pytest.mark.parametrize("N,C,H,W,K,S,P", POOL_CASES)
+def test_avgpool2d_matches_oracle(rng, N, C, H, W, K, S, P):
+    x = f32(rng.standard_normal((N, C, H, W)))
+    layer = nc.AvgPool2D(K, stride=S, padding=P)
+    y = layer.forward(x, training=True)
+    np.testing.assert_allclose(y, ref.avgpool2d_forward(x, K, S, P), rtol=1e-5, atol=1e-6)
+    dout = f32(rng.standard_normal(y.shape))
+    np.testing.assert_allclose(layer.backward(dout), ref.avgpool2d_backward(dout, x, K, S, P),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11)])
+def test_dense_matches_oracle(rng, N, Fi, Fo):
+    layer = nc.Dense(Fi, Fo).initialize(rng)
+    x = f32(rng.standard_normal((N, Fi)))
+    y = layer.forward(x, training=True)
+    np.testing.assert_allclose(y, ref.dense_forward(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    dout = f32(rng.standard_normal(y.shape))
+    dx = layer.backward(dout)
+    rdx, rdw, rdb = ref.dense_backward(dout, x, layer.weight)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-5, atol=1e-4)
+
+
+def test_relu_tanh_dropout(rng):
+    x = f32(rng.standard_normal((3, 2, 5, 5)))
+    dout = f32(rng.standard_normal(x.shape))
+    relu = nc.ReLU()
+    np.testing.assert_array_equal(relu.forward(x, True), np.maximum(x, 0))
+    np.testing.assert_array_equal(relu.backward(dout), np.where(x > 0, dout, 0))
+    tanh = nc.Tanh()
+    np.testing.assert_allclose(tanh.forward(x, True), np.tanh(x.astype(np.float64)), atol=1e-6)
+    np.testing.assert_allclose(tanh.backward(dout), dout * (1 - np.tanh(x.astype(np.float64)) ** 2),
+                               atol=1e-5)
+    drop = nc.Dropout(0.25)
+    drop.reset_parameters(np.random.default_rng(0))
+    big = np.ones((64, 1000), np.float32)
+    y = drop.forward(big, training=True)
+    kept = y != 0
+    assert abs(kept.mean() - 0.75) < 0.01
+    np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
+    dy = drop.backward(big)
+    np.testing.assert_array_equal(dy != 0, kept)  # gradient flows only where the input was kept
+    np.testing.assert_array_equal(drop.forward(x, training=False), x)
+
+
+def test_softmax_cross_entropy_matches_oracle_and_is_stable(rng):
+    logits = f32(rng.standard_normal((9, 7)) * 3)
+    y = rng.integers(0, 7, 9)
+    loss, d = nc.softmax_cross_entropy(logits, y)
+    eloss, ed = ref.softmax_cross_entropy(logits, y)
+    assert loss == pytest.approx(eloss, rel=1e-6)
+    np.testing.assert_allclose(d, ed, rtol=1e-5, atol=1e-7)
+    big = f32([[1000.0, 0.0, -1000.0], [-1e4, 1e4, 0.0]])
+    loss, d = nc.softmax_cross_entropy(big, np.array([0, 0]))
+    assert np.isfinite(loss) and np.isfinite(d).all()
+    assert loss == pytest.approx(1e4, rel=1e-6)  # example 1: log-prob of class 0 is -2e4

@@ -1,0 +1,187 @@
+"""Sequential, optimizers against their formulas, state dicts, validation and reproducibility."""
+import numpy as np
+import pytest
+
+import numbacnn as nc
+import reference as ref
+from conftest import f32
+
+
+def lenet(seed=0):
+    return nc.Sequential([nc.Conv2D(1, 6, 5, padding=2), nc.ReLU(), nc.MaxPool2D(2),
+                          nc.Conv2D(6, 16, 5), nc.ReLU(), nc.MaxPool2D(2), nc.Flatten(),
+                          nc.Dense(400, 120), nc.ReLU(), nc.Dense(120, 10)], seed=seed)
+
+
+def test_state_dict_uses_torch_names_and_layouts():
+    net = lenet()
+    sd = net.state_dict()
+    assert list(sd) == ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias",
+                        "9.weight", "9.bias"]
+    assert sd["0.weight"].shape == (6, 1, 5, 5) and sd["7.weight"].shape == (120, 400)
+    assert all(v.dtype == np.float32 for v in sd.values())
+    assert list(net.grad_dict()) == list(sd)
+    bound = 1 / np.sqrt(25)  # Kaiming-uniform bound of torch's default init, fan_in = 1*5*5
+    assert np.abs(sd["0.weight"]).max() <= bound and np.abs(sd["0.weight"]).max() > 0.9 * bound
+    other = lenet(seed=1)
+    assert not np.array_equal(other.state_dict()["0.weight"], sd["0.weight"])
+    other.load_state_dict(sd)
+    x = f32(np.random.default_rng(0).random((3, 1, 28, 28)))
+    np.testing.assert_array_equal(other.forward(x), net.forward(x))
+    sd["0.weight"][:] = 0  # state_dict returns copies
+    assert net.params.any()
+
+
+def test_same_seed_same_network_and_output_is_a_fresh_array():
+    a, b = lenet(7), lenet(7)
+    np.testing.assert_array_equal(a.params, b.params)
+    x = f32(np.random.default_rng(0).random((4, 1, 28, 28)))
+    out1 = a.forward(x)
+    out2 = a.forward(x * 2)
+    assert not np.array_equal(out1, out2)
+
+
+def test_load_state_dict_rejects_mismatches():
+    net = lenet()
+    sd = net.state_dict()
+    bad = dict(sd)
+    bad["3.weight"] = np.zeros((16, 6, 3, 3), np.float32)
+    with pytest.raises(ValueError, match=r"3\.weight.*\(16, 6, 3, 3\)"):
+        net.load_state_dict(bad)
+    with pytest.raises(ValueError, match="missing"):
+        net.load_state_dict({k: v for k, v in sd.items() if k != "0.bias"})
+
+
+@pytest.mark.parametrize("x_shape,match", [
+    ((2, 3, 28, 28), r"layer 0 \(Conv2D\(1, 6, 5.*expected input of shape \(N, 1, H, W\)"),
+    ((2, 1, 20, 20), r"layer 7 \(Dense\(400, 120\)\).*\(N, 400\).*\(N, 144\)"),
+    ((2, 1, 28), r"layer 0"),
+])
+def test_shape_mismatch_names_the_layer(x_shape, match):
+    net = lenet()
+    with pytest.raises(ValueError, match=match):
+        net.forward(np.zeros(x_shape, np.float32))
+
+
+def test_bad_inputs_raise_value_errors():
+    net = lenet()
+    with pytest.raises(ValueError, match="floating-point"):
+        net.forward(np.zeros((2, 1, 28, 28), np.int64))
+    with pytest.raises(ValueError, match="non-empty"):
+        net.forward(np.zeros((0, 1, 28, 28), np.float32))
+    with pytest.raises(RuntimeError, match="forward"):
+        lenet().backward(np.zeros((2, 10), np.float32))
+    net.forward(np.zeros((2, 1, 28, 28), np.float32), training=True)
+    with pytest.raises(ValueError, match=r"\(2, 10\)"):
+        net.backward(np.zeros((3, 10), np.float32))
+    with pytest.raises(ValueError, match="labels"):
+        nc.softmax_cross_entropy(np.zeros((2, 10), np.float32), np.array([0, 10]))
+    with pytest.raises(ValueError, match="padding"):
+        nc.Conv2D(1, 2, 4, padding="same")
+    with pytest.raises(ValueError, match="padding"):
+        nc.MaxPool2D(2, padding=2)
+    with pytest.raises(ValueError, match="kernel_size"):
+        nc.Conv2D(1, 2, 0)
+    with pytest.raises(ValueError, match="not a numbacnn layer"):
+        nc.Sequential([nc.ReLU(), "dense"])
+
+
+def _one_step(net, x, y):
+    net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("sgd", dict(lr=0.1)),
+    ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=1e-2)),
+    ("sgd", dict(lr=0.1, momentum=0.9, nesterov=True)),
+    ("sgd", dict(lr=0.1, momentum=0.5, dampening=0.3)),
+    ("rmsprop", dict(lr=0.01)),
+    ("rmsprop", dict(lr=0.01, momentum=0.9, centered=True, weight_decay=1e-3, alpha=0.9)),
+    ("adam", dict(lr=0.01)),
+    ("adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2)),
+])
+def test_optimizer_steps_follow_their_formulas(rng, name, kwargs):
+    net = nc.Sequential([nc.Flatten(), nc.Dense(12, 5), nc.ReLU(), nc.Dense(5, 3)], seed=0)
+    opt = nc.make_optimizer(name, net, **kwargs)
+    x = f32(rng.standard_normal((8, 1, 3, 4)))
+    y = rng.integers(0, 3, 8)
+    p = net.params.astype(np.float64)
+    state = [np.zeros_like(p) for _ in range(3)]
+    for t in range(1, 4):
+        _one_step(net, x, y)
+        g = net.grads.astype(np.float64)
+        opt.step()
+        if name == "sgd":
+            p, state[0] = ref.sgd(p, g, state[0], kwargs["lr"], kwargs.get("momentum", 0),
+                                  kwargs.get("dampening", 0), kwargs.get("weight_decay", 0),
+                                  kwargs.get("nesterov", False), t == 1)
+        elif name == "rmsprop":
+            p, state[0], state[1], state[2] = ref.rmsprop(
+                p, g, state[0], state[1], state[2], kwargs["lr"], kwargs.get("alpha", 0.99), 1e-8,
+                kwargs.get("weight_decay", 0), kwargs.get("momentum", 0), kwargs.get("centered", False))
+        else:
+            b1, b2 = kwargs.get("betas", (0.9, 0.999))
+            p, state[0], state[1] = ref.adam(p, g, state[0], state[1], kwargs["lr"], b1, b2,
+                                             kwargs.get("eps", 1e-8), kwargs.get("weight_decay", 0), t)
+        np.testing.assert_allclose(net.params, p, rtol=1e-5, atol=1e-6)
+        p = net.params.astype(np.float64)  # follow the float32 trajectory
+
+
+def test_optimizer_rejects_bad_hyperparameters():
+    net = nc.Sequential([nc.Dense(3, 2)], seed=0)
+    for bad in (dict(lr=0), dict(lr=-1), dict(lr=float("nan")), dict(lr=0.1, momentum=-0.5)):
+        with pytest.raises(ValueError):
+            nc.SGD(net, **bad)
+    with pytest.raises(ValueError, match="Nesterov"):
+        nc.SGD(net, lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        nc.make_optimizer("lbfgs", net, lr=0.1)
+    with pytest.raises(ValueError, match="beta"):
+        nc.Adam(net, betas=(1.0, 0.9))
+
+
+def test_a_few_sgd_steps_reduce_the_loss(rng):
+    net = lenet(seed=0)
+    y = rng.integers(0, 10, 32)
+    x = f32(rng.random((32, 1, 28, 28)) * 0.5)
+    for n, label in enumerate(y):  # a learnable signal: a bright band whose row encodes the class
+        x[n, 0, 2 * label + 4:2 * label + 6, 4:24] += 1.0
+    opt = nc.SGD(net, lr=0.02, momentum=0.9)
+    losses = []
+    for _ in range(25):
+        loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+        net.backward(d, need_input_grad=False)
+        opt.step()
+        losses.append(loss)
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert all(b < a for a, b in zip(losses[:5], losses[1:6])), losses
+
+
+def test_results_identical_across_thread_counts(rng):
+    """Chunked gradients reduced in a fixed order: the thread count does not change any bit."""
+    x = f32(rng.random((40, 1, 28, 28)))
+    y = rng.integers(0, 10, 40)
+    results = []
+    before = nc.get_num_threads()
+    try:
+        for threads in (1, nc.set_num_threads(None)):
+            nc.set_num_threads(threads)
+            net = lenet(seed=5)
+            opt = nc.Adam(net, lr=1e-3)
+            for _ in range(3):
+                _one_step(net, x, y)
+                opt.step()
+            results.append(net.params.copy())
+    finally:
+        nc.set_num_threads(before)
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_eval_forward_in_slices_matches_training_forward(rng):
+    net = nc.Sequential([nc.Conv2D(1, 2, 3), nc.ReLU(), nc.Flatten(), nc.Dense(2 * 4 * 4, 3)], seed=0)
+    x = f32(rng.random((600, 1, 6, 6)))  # > EVAL_BATCH: evaluated in slices
+    full = net.forward(x, training=True)
+    np.testing.assert_allclose(net.forward(x), full, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(net.predict(x), full.argmax(1))
+    proba = net.predict_proba(x)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
