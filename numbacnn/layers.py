@@ -28,6 +28,10 @@ def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
     return int(a), int(b)
 
 
+def _compact(pair: tuple[int, int]) -> int | tuple[int, int]:
+    return pair[0] if pair[0] == pair[1] else pair
+
+
 def _positive_int(v: Any, what: str, layer: str) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{layer}: {what} must be a positive integer, got {v!r}")
@@ -104,6 +108,10 @@ class Layer:
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         raise NotImplementedError
 
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments: ``type(layer)(**layer.get_config())`` builds an equal layer."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -135,8 +143,6 @@ class Conv2D(Layer):
         self.out_channels = _positive_int(out_channels, "out_channels", label)
         self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
         self.stride = _pair(stride, "stride", label, 1)
-        if self.stride[0] != self.stride[1]:
-            raise ValueError(f"{label}: only equal strides are supported, got {stride!r}")
         if isinstance(padding, str):
             if padding == "valid":
                 pad = (0, 0)
@@ -150,8 +156,6 @@ class Conv2D(Layer):
                 raise ValueError(f"{label}: padding must be an int, 'valid' or 'same', got {padding!r}")
         else:
             pad = _pair(padding, "padding", label, 0)
-        if pad[0] != pad[1]:
-            raise ValueError(f"{label}: only equal padding on both axes is supported, got {padding!r}")
         self.padding = pad
         self._padding_arg = padding
 
@@ -168,12 +172,12 @@ class Conv2D(Layer):
         if len(in_shape) != 3 or in_shape[0] != self.in_channels:
             raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_channels}, H, W), "
                              f"got (N, {', '.join(map(str, in_shape))})")
-        (kh, kw), (s, _), (p, _) = self.kernel_size, self.stride, self.padding
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
         h, w = in_shape[1], in_shape[2]
-        if h + 2 * p < kh or w + 2 * p < kw:
-            raise ValueError(f"{self._label()}: input {h}x{w} with padding {p} is smaller than the "
-                             f"kernel {kh}x{kw}")
-        return (self.out_channels, _conv_out(h, kh, s, p), _conv_out(w, kw, s, p))
+        if h + 2 * ph < kh or w + 2 * pw < kw:
+            raise ValueError(f"{self._label()}: input {h}x{w} with padding {self.padding} is smaller "
+                             f"than the kernel {kh}x{kw}")
+        return (self.out_channels, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
@@ -183,7 +187,7 @@ class Conv2D(Layer):
         _config.single_thread_kernel_blas()
         y = self._buf("y", out_shape)
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
-        K.conv2d_forward(y, cols, x, self.weight, self.bias, self.stride[0], self.padding[0])
+        K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -198,16 +202,23 @@ class Conv2D(Layer):
         dw_tmp = self._buf("dw_tmp", (chunks, self.out_channels, ckk))
         dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
         K.conv2d_backward(dx, dw_parts, self.dbias, dcols, dw_tmp, dy, self._buffers["cols"],
-                          self.weight, self.stride[0], self.padding[0], _config.CHUNK, need_dx)
+                          self.weight, *self.stride, *self.padding, _config.CHUNK, need_dx)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
         return dx if need_dx else None
 
+    def get_config(self) -> dict[str, Any]:
+        return {"in_channels": self.in_channels, "out_channels": self.out_channels,
+                "kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
+                "padding": self._padding_arg if isinstance(self._padding_arg, str)
+                else _compact(self.padding)}
+
     def __repr__(self) -> str:
-        s = f"Conv2D({self.in_channels}, {self.out_channels}, {self.kernel_size[0]}"
-        if self.stride[0] != 1:
-            s += f", stride={self.stride[0]}"
-        if self.padding[0] != 0:
-            s += f", padding={self._padding_arg!r}"
+        c = self.get_config()
+        s = f"Conv2D({self.in_channels}, {self.out_channels}, {c['kernel_size']}"
+        if self.stride != (1, 1):
+            s += f", stride={c['stride']}"
+        if self.padding != (0, 0):
+            s += f", padding={c['padding']!r}"
         return s + ")"
 
 
@@ -221,8 +232,6 @@ class _Pool2D(Layer):
         self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
         self.stride = self.kernel_size if stride is None else _pair(stride, "stride", label, 1)
         self.padding = _pair(padding, "padding", label, 0)
-        if self.stride[0] != self.stride[1] or self.padding[0] != self.padding[1]:
-            raise ValueError(f"{label}: stride and padding must be equal on both axes")
         if self.padding[0] > self.kernel_size[0] // 2 or self.padding[1] > self.kernel_size[1] // 2:
             raise ValueError(f"{label}: padding must be at most half the kernel size, got "
                              f"padding={padding!r}, kernel_size={kernel_size!r}")
@@ -231,18 +240,23 @@ class _Pool2D(Layer):
         if len(in_shape) != 3:
             raise ValueError(f"{self._label()}: expected input of shape (N, C, H, W), "
                              f"got (N, {', '.join(map(str, in_shape))})")
-        (kh, kw), (s, _), (p, _) = self.kernel_size, self.stride, self.padding
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
         c, h, w = in_shape
-        if h + 2 * p < kh or w + 2 * p < kw:
+        if h + 2 * ph < kh or w + 2 * pw < kw:
             raise ValueError(f"{self._label()}: input {h}x{w} is smaller than the window {kh}x{kw}")
-        return (c, _conv_out(h, kh, s, p), _conv_out(w, kw, s, p))
+        return (c, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
+                "padding": _compact(self.padding)}
 
     def __repr__(self) -> str:
-        s = f"{type(self).__name__}({self.kernel_size[0]}"
+        c = self.get_config()
+        s = f"{type(self).__name__}({c['kernel_size']}"
         if self.stride != self.kernel_size:
-            s += f", stride={self.stride[0]}"
-        if self.padding[0]:
-            s += f", padding={self.padding[0]}"
+            s += f", stride={c['stride']}"
+        if self.padding != (0, 0):
+            s += f", padding={c['padding']}"
         return s + ")"
 
 
@@ -253,8 +267,8 @@ class MaxPool2D(_Pool2D):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
-        K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), self.kernel_size[0],
-                            self.kernel_size[1], self.stride[0], self.padding[0])
+        K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
+                            *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -272,8 +286,8 @@ class AvgPool2D(_Pool2D):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        K.avgpool2d_forward(y, np.ascontiguousarray(x), self.kernel_size[0], self.kernel_size[1],
-                            self.stride[0], self.padding[0])
+        K.avgpool2d_forward(y, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
+                            *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -281,8 +295,7 @@ class AvgPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._in_shape)
-        K.avgpool2d_backward(dx, dy, self.kernel_size[0], self.kernel_size[1], self.stride[0],
-                             self.padding[0])
+        K.avgpool2d_backward(dx, dy, *self.kernel_size, *self.stride, *self.padding)
         return dx
 
 
@@ -327,6 +340,9 @@ class Dense(Layer):
         K.dense_backward(dx, dw_parts, self.dbias, dy, self._x, self.weight, _config.CHUNK, need_dx)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
         return dx if need_dx else None
+
+    def get_config(self) -> dict[str, Any]:
+        return {"in_features": self.in_features, "out_features": self.out_features}
 
     def __repr__(self) -> str:
         return f"Dense({self.in_features}, {self.out_features})"
@@ -402,6 +418,9 @@ class Dropout(_Elementwise):
     def _apply_backward(self, dx, dy):
         K.dropout_backward(dx, dy, self._buffers["mask"])
 
+    def get_config(self) -> dict[str, Any]:
+        return {"p": self.p}
+
     def __repr__(self) -> str:
         return f"Dropout({self.p})"
 
@@ -420,3 +439,15 @@ class Flatten(Layer):
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n,) + self.output_shape(self._in_shape[1:]) if self._in_shape else ())
         return dy.reshape(self._in_shape) if need_dx else None
+
+
+LAYER_TYPES: dict[str, type[Layer]] = {cls.__name__: cls for cls in (
+    Conv2D, MaxPool2D, AvgPool2D, Dense, ReLU, Tanh, Dropout, Flatten)}
+
+
+def layer_from_config(kind: str, config: dict[str, Any]) -> Layer:
+    """Rebuild a layer from its class name and ``get_config()`` (used by checkpoints)."""
+    if kind not in LAYER_TYPES:
+        raise ValueError(f"unknown layer type {kind!r}")
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    return LAYER_TYPES[kind](**cfg)

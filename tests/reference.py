@@ -10,20 +10,25 @@ def out_size(size: int, k: int, s: int, p: int) -> int:
     return (size + 2 * p - k) // s + 1
 
 
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
 def conv2d_forward(x, w, b, stride, pad):
     x = np.asarray(x, np.float64)
     w = np.asarray(w, np.float64)
+    (sh, sw), (ph, pw) = _pair(stride), _pair(pad)
     N, C, H, W = x.shape
     Co, _, KH, KW = w.shape
-    OH, OW = out_size(H, KH, stride, pad), out_size(W, KW, stride, pad)
-    xp = np.zeros((N, C, H + 2 * pad, W + 2 * pad))
-    xp[:, :, pad:pad + H, pad:pad + W] = x
+    OH, OW = out_size(H, KH, sh, ph), out_size(W, KW, sw, pw)
+    xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+    xp[:, :, ph:ph + H, pw:pw + W] = x
     out = np.zeros((N, Co, OH, OW))
     for n in range(N):
         for co in range(Co):
             for oy in range(OH):
                 for ox in range(OW):
-                    patch = xp[n, :, oy * stride:oy * stride + KH, ox * stride:ox * stride + KW]
+                    patch = xp[n, :, oy * sh:oy * sh + KH, ox * sw:ox * sw + KW]
                     out[n, co, oy, ox] = np.sum(patch * w[co]) + b[co]
     return out
 
@@ -33,11 +38,12 @@ def conv2d_backward(dout, x, w, stride, pad):
     x = np.asarray(x, np.float64)
     w = np.asarray(w, np.float64)
     dout = np.asarray(dout, np.float64)
+    (sh, sw), (ph, pw) = _pair(stride), _pair(pad)
     N, C, H, W = x.shape
     Co, _, KH, KW = w.shape
     OH, OW = dout.shape[2:]
-    xp = np.zeros((N, C, H + 2 * pad, W + 2 * pad))
-    xp[:, :, pad:pad + H, pad:pad + W] = x
+    xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+    xp[:, :, ph:ph + H, pw:pw + W] = x
     dxp = np.zeros_like(xp)
     dw = np.zeros_like(w)
     db = dout.sum(axis=(0, 2, 3))
@@ -46,27 +52,33 @@ def conv2d_backward(dout, x, w, stride, pad):
             for oy in range(OH):
                 for ox in range(OW):
                     g = dout[n, co, oy, ox]
-                    sl = (slice(oy * stride, oy * stride + KH), slice(ox * stride, ox * stride + KW))
+                    sl = (slice(oy * sh, oy * sh + KH), slice(ox * sw, ox * sw + KW))
                     dw[co] += g * xp[n][:, sl[0], sl[1]]
                     dxp[n][:, sl[0], sl[1]] += g * w[co]
-    return dxp[:, :, pad:pad + H, pad:pad + W], dw, db
+    return dxp[:, :, ph:ph + H, pw:pw + W], dw, db
 
 
 def _windows(H, W, K, S, P):
     """Yield (oy, ox, [(iy, ix) inside the input, in row-major window order])."""
-    for oy in range(out_size(H, K, S, P)):
-        for ox in range(out_size(W, K, S, P)):
+    (kh, kw), (sh, sw), (ph, pw) = _pair(K), _pair(S), _pair(P)
+    for oy in range(out_size(H, kh, sh, ph)):
+        for ox in range(out_size(W, kw, sw, pw)):
             cells = [(iy, ix)
-                     for iy in range(oy * S - P, oy * S - P + K)
-                     for ix in range(ox * S - P, ox * S - P + K)
+                     for iy in range(oy * sh - ph, oy * sh - ph + kh)
+                     for ix in range(ox * sw - pw, ox * sw - pw + kw)
                      if 0 <= iy < H and 0 <= ix < W]
             yield oy, ox, cells
+
+
+def _pool_out(H, W, K, S, P):
+    (kh, kw), (sh, sw), (ph, pw) = _pair(K), _pair(S), _pair(P)
+    return out_size(H, kh, sh, ph), out_size(W, kw, sw, pw)
 
 
 def maxpool2d_forward(x, K, S, P):
     """Returns (out, argmax) with argmax the flat index iy*W+ix of the first maximum (first NaN)."""
     N, C, H, W = x.shape
-    OH, OW = out_size(H, K, S, P), out_size(W, K, S, P)
+    OH, OW = _pool_out(H, W, K, S, P)
     out = np.zeros((N, C, OH, OW))
     arg = np.zeros((N, C, OH, OW), np.int64)
     for n in range(N):
@@ -93,22 +105,24 @@ def maxpool2d_backward(dout, x, K, S, P):
 
 def avgpool2d_forward(x, K, S, P):
     N, C, H, W = x.shape
-    out = np.zeros((N, C, out_size(H, K, S, P), out_size(W, K, S, P)))
+    out = np.zeros((N, C) + _pool_out(H, W, K, S, P))
+    area = _pair(K)[0] * _pair(K)[1]
     for n in range(N):
         for c in range(C):
             for oy, ox, cells in _windows(H, W, K, S, P):
-                out[n, c, oy, ox] = sum(float(x[n, c, iy, ix]) for iy, ix in cells) / (K * K)
+                out[n, c, oy, ox] = sum(float(x[n, c, iy, ix]) for iy, ix in cells) / area
     return out
 
 
 def avgpool2d_backward(dout, x, K, S, P):
     N, C, H, W = x.shape
     dx = np.zeros((N, C, H, W))
+    area = _pair(K)[0] * _pair(K)[1]
     for n in range(N):
         for c in range(C):
             for oy, ox, cells in _windows(H, W, K, S, P):
                 for iy, ix in cells:
-                    dx[n, c, iy, ix] += dout[n, c, oy, ox] / (K * K)
+                    dx[n, c, iy, ix] += dout[n, c, oy, ox] / area
     return dx
 
 

@@ -14,11 +14,12 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (5, 4, 6, 6, 7, 1, 1, 0),
     (2, 2, 7, 7, 3, 4, 3, 1),
     (17, 2, 5, 6, 3, 3, 1, 1),  # more examples than one gradient chunk
+    (2, 2, 1, 9, 3, (1, 3), (1, 2), (0, 1)),  # non-square kernel, stride and padding (1-row input)
 ]
 
 
 def _pad(p, k):
-    return k // 2 if p == "same" else p
+    return k // 2 if p == "same" else p  # "same" cases use square odd kernels
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
@@ -44,6 +45,8 @@ POOL_CASES = [  # (N, C, H, W, K, S, P)
     (2, 2, 9, 9, 3, 2, 0),  # overlapping windows
     (2, 3, 7, 6, 3, 1, 1),  # stride 1 with padding
     (1, 1, 5, 5, 3, 2, 1),
+    (2, 2, 1, 7, (1, 2), (1, 2), 0),  # pooling along one axis only
+    (2, 1, 5, 7, (3, 2), (2, 1), (1, 0)),
 ]
 
 

@@ -18,61 +18,61 @@ def _out_range(k, P, S, in_size, out_size):
 
 
 @kernel(parallel=False)
-def im2col(cols, x, KH, KW, S, P):
-    """cols[(c, ky, kx), (oy, ox)] = x[c, oy*S + ky - P, ox*S + kx - P], zero where padded.
+def im2col(cols, x, KH, KW, SH, SW, PH, PW):
+    """cols[(c, ky, kx), (oy, ox)] = x[c, oy*SH + ky - PH, ox*SW + kx - PW], zero where padded.
 
     cols: (C*KH*KW, OH*OW); x: (C, H, W).
     """
     C, H, W = x.shape
-    OH = (H + 2 * P - KH) // S + 1
-    OW = (W + 2 * P - KW) // S + 1
+    OH = (H + 2 * PH - KH) // SH + 1
+    OW = (W + 2 * PW - KW) // SW + 1
     zero = np.float32(0.0)
     for c in range(C):
         for ky in range(KH):
-            y_lo, y_hi = _out_range(ky, P, S, H, OH)
+            y_lo, y_hi = _out_range(ky, PH, SH, H, OH)
             for kx in range(KW):
                 row = cols[(c * KH + ky) * KW + kx]
-                x_lo, x_hi = _out_range(kx, P, S, W, OW)
+                x_lo, x_hi = _out_range(kx, PW, SW, W, OW)
                 for oy in range(OH):
                     seg = row[oy * OW:(oy + 1) * OW]
                     if oy < y_lo or oy >= y_hi:
                         seg[:] = zero
                         continue
-                    src = x[c, oy * S + ky - P, x_lo * S + kx - P:]
+                    src = x[c, oy * SH + ky - PH, x_lo * SW + kx - PW:]
                     for ox in range(x_lo):
                         seg[ox] = zero
                     dst = seg[x_lo:x_hi]
                     for j in range(x_hi - x_lo):
-                        dst[j] = src[j * S]
+                        dst[j] = src[j * SW]
                     for ox in range(x_hi, OW):
                         seg[ox] = zero
 
 
 @kernel(parallel=False)
-def col2im(dx, dcols, KH, KW, S, P):
+def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
     """dx[c, iy, ix] = sum of dcols entries that im2col copied from (c, iy, ix); the adjoint of im2col.
 
     dx: (C, H, W), overwritten; dcols: (C*KH*KW, OH*OW).
     """
     C, H, W = dx.shape
-    OH = (H + 2 * P - KH) // S + 1
-    OW = (W + 2 * P - KW) // S + 1
+    OH = (H + 2 * PH - KH) // SH + 1
+    OW = (W + 2 * PW - KW) // SW + 1
     dx[:] = np.float32(0.0)
     for c in range(C):
         for ky in range(KH):
-            y_lo, y_hi = _out_range(ky, P, S, H, OH)
+            y_lo, y_hi = _out_range(ky, PH, SH, H, OH)
             for kx in range(KW):
                 row = dcols[(c * KH + ky) * KW + kx]
-                x_lo, x_hi = _out_range(kx, P, S, W, OW)
+                x_lo, x_hi = _out_range(kx, PW, SW, W, OW)
                 for oy in range(y_lo, y_hi):
-                    dst = dx[c, oy * S + ky - P, x_lo * S + kx - P:]
+                    dst = dx[c, oy * SH + ky - PH, x_lo * SW + kx - PW:]
                     src = row[oy * OW + x_lo:oy * OW + x_hi]
                     for j in range(x_hi - x_lo):
-                        dst[j * S] += src[j]
+                        dst[j * SW] += src[j]
 
 
 @kernel()
-def conv2d_forward(out, cols, x, w, b, S, P):
+def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW):
     """out = conv(x, w) + b; cols keeps each example's im2col matrix for the backward.
 
     out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
@@ -82,7 +82,7 @@ def conv2d_forward(out, cols, x, w, b, S, P):
     OH, OW = out.shape[2], out.shape[3]
     w2 = w.reshape(Co, Ci * KH * KW)
     for n in prange(N):  # each example writes only out[n] and cols[n]
-        im2col(cols[n], x[n], KH, KW, S, P)
+        im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
         o = out[n].reshape(Co, OH * OW)
         np.dot(w2, cols[n], o)
         for co in range(Co):
@@ -90,7 +90,8 @@ def conv2d_forward(out, cols, x, w, b, S, P):
 
 
 @kernel()
-def conv2d_backward(dx, dw_parts, db, dcols, dw_tmp, dout, cols, w, S, P, chunk, need_dx):
+def conv2d_backward(dx, dw_parts, db, dcols, dw_tmp, dout, cols, w, SH, SW, PH, PW, chunk,
+                    need_dx):
     """Gradients of conv2d_forward. dw_parts[c] is chunk c's weight gradient (reduce with sum_chunks).
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts, dw_tmp: (n_chunks, Co, Ci*KH*KW);
@@ -111,7 +112,7 @@ def conv2d_backward(dx, dw_parts, db, dcols, dw_tmp, dout, cols, w, S, P, chunk,
             acc += tmp
             if need_dx:
                 np.dot(w2t, g, dcols[c])
-                col2im(dx[n], dcols[c], KH, KW, S, P)
+                col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)
     for co in prange(Co):  # bias gradient: one channel per iteration, examples in order
         s = np.float32(0.0)
         for n in range(N):

@@ -10,7 +10,7 @@ from ..._config import kernel
 
 
 @kernel(fastmath=False)
-def maxpool2d_forward(out, argmax, x, KH, KW, S, P):
+def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     """out[n, c, oy, ox] = max of the window; argmax holds its flat index iy*W + ix in the plane.
 
     Ties go to the first maximum in row-major window order; padding never wins; the first NaN wins.
@@ -23,11 +23,11 @@ def maxpool2d_forward(out, argmax, x, KH, KW, S, P):
         c = p % C
         xp = x[n, c]
         for oy in range(OH):
-            y_lo = max(oy * S - P, 0)
-            y_hi = min(oy * S - P + KH, H)
+            y_lo = max(oy * SH - PH, 0)
+            y_hi = min(oy * SH - PH + KH, H)
             for ox in range(OW):
-                x_lo = max(ox * S - P, 0)
-                x_hi = min(ox * S - P + KW, W)
+                x_lo = max(ox * SW - PW, 0)
+                x_hi = min(ox * SW - PW + KW, W)
                 best = xp[y_lo, x_lo]
                 best_i = y_lo * W + x_lo
                 for iy in range(y_lo, y_hi):
@@ -61,7 +61,7 @@ def maxpool2d_backward(dx, dout, argmax):
 
 
 @kernel()
-def avgpool2d_forward(out, x, KH, KW, S, P):
+def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
     """Window mean with zero padding counted (PyTorch's count_include_pad=True).
 
     out: (N, C, OH, OW); x: (N, C, H, W).
@@ -74,11 +74,11 @@ def avgpool2d_forward(out, x, KH, KW, S, P):
         c = p % C
         xp = x[n, c]
         for oy in range(OH):
-            y_lo = max(oy * S - P, 0)
-            y_hi = min(oy * S - P + KH, H)
+            y_lo = max(oy * SH - PH, 0)
+            y_hi = min(oy * SH - PH + KH, H)
             for ox in range(OW):
-                x_lo = max(ox * S - P, 0)
-                x_hi = min(ox * S - P + KW, W)
+                x_lo = max(ox * SW - PW, 0)
+                x_hi = min(ox * SW - PW + KW, W)
                 s = np.float32(0.0)
                 for iy in range(y_lo, y_hi):
                     for ix in range(x_lo, x_hi):
@@ -87,7 +87,7 @@ def avgpool2d_forward(out, x, KH, KW, S, P):
 
 
 @kernel()
-def avgpool2d_backward(dx, dout, KH, KW, S, P):
+def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     """Adjoint of avgpool2d_forward. dx: (N, C, H, W), overwritten; dout: (N, C, OH, OW)."""
     N, C, H, W = dx.shape
     OH, OW = dout.shape[2], dout.shape[3]
@@ -98,11 +98,11 @@ def avgpool2d_backward(dx, dout, KH, KW, S, P):
         d = dx[n, c]
         d[:] = np.float32(0.0)
         for oy in range(OH):
-            y_lo = max(oy * S - P, 0)
-            y_hi = min(oy * S - P + KH, H)
+            y_lo = max(oy * SH - PH, 0)
+            y_hi = min(oy * SH - PH + KH, H)
             for ox in range(OW):
-                x_lo = max(ox * S - P, 0)
-                x_hi = min(ox * S - P + KW, W)
+                x_lo = max(ox * SW - PW, 0)
+                x_hi = min(ox * SW - PW + KW, W)
                 g = dout[n, c, oy, ox] * scale
                 for iy in range(y_lo, y_hi):
                     for ix in range(x_lo, x_hi):
