@@ -1,12 +1,19 @@
 """numbacnn: a Numba-compiled CNN trainer for multicore CPUs."""
 from ._config import get_num_threads, set_num_threads
 from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
+from .arch import PRESETS, ArchitectureError, build_network, parse_architecture
+from .checkpoint import CheckpointError, load, load_checkpoint, save
+from .data import DataError, Dataset, load_dataset
 from .network import Sequential, softmax_cross_entropy
+from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 from .optimizers import SGD, Adam, Optimizer, RMSProp, make_optimizer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PRESETS", "ArchitectureError", "CheckpointError", "DataError", "Dataset", "DivergenceError",
+    "Trainer", "TrainingInterrupted", "build_network", "evaluate", "load", "load_checkpoint",
+    "load_dataset", "parse_architecture", "save",
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy",

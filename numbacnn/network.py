@@ -45,6 +45,8 @@ class Sequential:
                        {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
         self.reset_parameters(seed)
         self._can_backward = False
+        self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
+        self.input_shape: Shape | None = None  # per-example (C, H, W), if known
 
     def reset_parameters(self, seed: int | np.random.Generator | None = None) -> None:
         rng = np.random.default_rng(seed)

@@ -144,8 +144,7 @@ class Adam(Optimizer):
                       self.step_count)
 
     def hyperparameters(self) -> dict[str, float]:
-        return {"lr": self.lr, "beta1": self.betas[0], "beta2": self.betas[1], "eps": self.eps,
-                "weight_decay": self.weight_decay}
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
 
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam}

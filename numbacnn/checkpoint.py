@@ -1,0 +1,152 @@
+"""Checkpoints: ``np.savez`` files (never pickled) holding weights, architecture, optimizer state and
+training progress, written atomically with a format version and a SHA-256 checksum."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .layers import layer_from_config
+from .network import Sequential
+
+FORMAT = "numbacnn-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit; the message says what and why."""
+
+
+@dataclass
+class Checkpoint:
+    net: Sequential
+    meta: dict[str, Any]
+    optimizer_state: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def optimizer(self) -> dict[str, Any] | None:
+        return self.meta.get("optimizer")
+
+
+def _digest(meta_bytes: bytes, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(meta_bytes)
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def check_writable(path: str) -> None:
+    """Raise OSError now if ``path`` could not be written later (directory missing or read-only)."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise OSError(f"{path}: directory {d} does not exist")
+    if os.path.isdir(path):
+        raise OSError(f"{path}: is a directory")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".numbacnn-probe-")
+    os.close(fd)
+    os.remove(tmp)
+
+
+def atomic_write(path: str, write) -> None:
+    """Call write(fileobj) on a temporary file beside ``path``, fsync it, then rename over ``path``."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-" + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    try:
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # pragma: no cover - directories cannot be fsynced on some filesystems
+        pass
+
+
+def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
+    """Save ``net`` (and optionally an optimizer's state plus JSON-able ``meta``) to ``path``."""
+    arrays = {f"param/{k}": v for k, v in net.state_dict().items()}
+    info: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION,
+        "layers": [[type(layer).__name__, layer.get_config()] for layer in net.layers],
+        "architecture": net.architecture,
+        "input_shape": list(net.input_shape) if net.input_shape else None,
+        "dropout_rng": [layer.rng.bit_generator.state for layer in net.layers if hasattr(layer, "rng")],
+    }
+    if optimizer is not None:
+        info["optimizer"] = {"name": optimizer.name, "hyperparameters": optimizer.hyperparameters(),
+                             "step": optimizer.step_count}
+        for k, v in optimizer.state.items():
+            arrays[f"opt/{k}"] = v
+    info.update(meta)
+    meta_bytes = json.dumps(info, sort_keys=True).encode()
+    arrays["__meta__"] = np.frombuffer(meta_bytes, np.uint8)
+    arrays["__checksum__"] = np.frombuffer(_digest(meta_bytes, arrays).encode(), np.uint8)
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
+    """Read and verify a checkpoint; ``architecture`` (if given) must match the saved one."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({e})") from None
+    if "__meta__" not in arrays or "__checksum__" not in arrays:
+        raise CheckpointError(f"{path}: not a numbacnn checkpoint (no metadata)")
+    meta_bytes = arrays.pop("__meta__").tobytes()
+    checksum = arrays.pop("__checksum__").tobytes().decode("ascii", "replace")
+    if _digest(meta_bytes, {**arrays, "__meta__": np.frombuffer(meta_bytes, np.uint8)}) != checksum:
+        raise CheckpointError(f"{path}: checksum mismatch: the file is corrupt or was modified")
+    meta = json.loads(meta_bytes)
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a numbacnn checkpoint")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {meta.get('version')} is not "
+                              f"supported (this numbacnn reads version {VERSION})")
+    if architecture is not None and meta.get("architecture") != architecture:
+        raise CheckpointError(f"{path}: saved with architecture {meta.get('architecture')!r}, "
+                              f"not {architecture!r}")
+    try:
+        net = Sequential([layer_from_config(k, cfg) for k, cfg in meta["layers"]])
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"{path}: cannot rebuild the network: {e}") from None
+    net.architecture = meta.get("architecture")
+    net.input_shape = tuple(meta["input_shape"]) if meta.get("input_shape") else None
+    params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
+    for k, v in params.items():
+        if v.dtype != np.float32:
+            raise CheckpointError(f"{path}: parameter {k!r} has dtype {v.dtype}, expected float32")
+    try:
+        net.load_state_dict(params)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    dropouts = [layer for layer in net.layers if hasattr(layer, "rng")]
+    for layer, state in zip(dropouts, meta.get("dropout_rng", [])):
+        layer.rng.bit_generator.state = state
+    opt_state = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
+    return Checkpoint(net, meta, opt_state)
+
+
+def load(path: str) -> Sequential:
+    """The network stored in a checkpoint written by ``save``."""
+    return load_checkpoint(path).net

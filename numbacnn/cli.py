@@ -1,0 +1,259 @@
+"""Command line: ``python train.py`` / ``python -m numbacnn`` / ``numbacnn-train``. Parses arguments and
+calls the library; exit status 2 for a bad argument, 1 for bad data or a failed run, 130/143 when
+interrupted (after saving a resumable checkpoint with --save)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from . import _config
+from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
+from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
+from .device import DeviceError
+from .data import DataError, Dataset, load_dataset, stratified_split
+from .optimizers import OPTIMIZERS, make_optimizer
+from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
+
+DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3, "adam": 1e-3}
+# Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
+# and more epochs; MNIST-sized data gets the usual batch 64.
+RECIPES = {"digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3},
+           "other": {"epochs": 10, "batch_size": 64, "adam_lr": 1e-3}}
+
+
+class UsageError(Exception):
+    """A bad command-line value (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block, status 2
+        raise UsageError(message)
+
+
+def _number(kind, low: float, low_open: bool, high: float | None = None, high_open: bool = False):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (v <= low) if low_open else (v < low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'>' if low_open else '>='} {low}")
+        if high is not None and ((v >= high) if high_open else (v > high)):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'<' if high_open else '<='} {high}")
+        return v
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="train.py", description="Train a small CNN on MNIST-like data with numbacnn.")
+    d = p.add_argument_group("data")
+    d.add_argument("--data", help="IDX directory or images file, .npz or .csv (default: scikit-learn "
+                   "digits, embedded)")
+    d.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
+    d.add_argument("--test-size", type=_number(float, 0, True, 1, True), default=0.2,
+                   help="held-out test fraction when the data has no test split (default 0.2)")
+    d.add_argument("--val-size", type=_number(float, 0, False, 1, True), default=0.0,
+                   help="fraction of the training data held out for validation (default 0)")
+    m = p.add_argument_group("model and optimizer")
+    m.add_argument("--arch", default=None,
+                   help=f"preset ({', '.join(PRESETS)}; default {DEFAULT_ARCH}) or a spec such as "
+                   "'conv(32,3),relu,maxpool(2),dense(128),relu'")
+    m.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="default adam")
+    m.add_argument("--lr", type=_number(float, 0, True), default=None,
+                   help="learning rate (default: sgd 0.05, rmsprop 0.001, adam 0.001; adam 0.002 "
+                   "on digits)")
+    m.add_argument("--momentum", type=_number(float, 0, False), default=None,
+                   help="momentum for sgd (default 0.9) and rmsprop (default 0)")
+    m.add_argument("--nesterov", action="store_true", help="Nesterov momentum (sgd)")
+    m.add_argument("--weight-decay", type=_number(float, 0, False), default=0.0)
+    t = p.add_argument_group("training")
+    t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
+                   help="default 16 on digits, 64 otherwise")
+    t.add_argument("--epochs", type=_number(int, 1, False), default=None,
+                   help="total epochs (default 25 on digits, 10 otherwise)")
+    t.add_argument("--seed", type=_number(int, 0, False), default=0)
+    t.add_argument("--threads", type=_number(int, 1, False), default=None,
+                   help="numba threads (default: all cores)")
+    t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    t.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
+    o = p.add_argument_group("files")
+    o.add_argument("--metrics-out", metavar="FILE.json", help="write per-epoch metrics as JSON")
+    o.add_argument("--save", metavar="FILE.npz", help="checkpoint after every epoch and on Ctrl-C")
+    o.add_argument("--resume", metavar="FILE.npz", help="continue training from a checkpoint")
+    o.add_argument("--evaluate", metavar="FILE.npz",
+                   help="only evaluate a checkpoint: accuracy and confusion matrix")
+    return p
+
+
+def _load_data(args, seed: int, test_size: float) -> Dataset:
+    return load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed)
+
+
+def _print_confusion(m: np.ndarray) -> None:
+    width = max(4, len(str(m.max())) + 1)
+    print("confusion matrix (rows: true class, columns: predicted):")
+    print(" " * 4 + "".join(f"{j:>{width}}" for j in range(m.shape[1])))
+    for i, row in enumerate(m):
+        print(f"{i:>3} " + "".join(f"{v:>{width}}" for v in row))
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.device == "cuda":
+        from .device import require_cuda
+        require_cuda()
+    if args.threads is not None:
+        _config.set_num_threads(args.threads)
+    for path in (args.save, args.metrics_out):
+        if path:
+            try:
+                check_writable(path)
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+    if args.evaluate:
+        ck = load_checkpoint(args.evaluate)
+        meta = ck.meta.get("training", {})
+        ds = _load_data(args, meta.get("seed", args.seed), meta.get("test_size", args.test_size))
+        _check_shapes(ck.net, ds, args.evaluate)
+        loss, acc = evaluate(ck.net, ds.x_test, ds.y_test)
+        print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
+              f"loss {loss:.4f}, accuracy {acc:.4f}")
+        n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
+        _print_confusion(confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes))
+        return 0
+
+    resume = load_checkpoint(args.resume) if args.resume else None
+    tmeta: dict[str, Any] = resume.meta.get("training", {}) if resume else {}
+    if resume and not tmeta:
+        raise CheckpointError(f"{args.resume}: holds no training state to resume (saved by nc.save?)")
+    if resume:
+        for flag, key in (("arch", "architecture"), ("optimizer", "optimizer_name")):
+            given = getattr(args, flag)
+            if given is not None and given != tmeta[key]:
+                raise CheckpointError(f"{args.resume}: was trained with --{flag} {tmeta[key]!r}, "
+                                      f"cannot resume with --{flag} {given!r}")
+        if args.batch_size is not None and args.batch_size != tmeta["batch_size"]:
+            raise CheckpointError(f"{args.resume}: was trained with --batch-size "
+                                  f"{tmeta['batch_size']}, cannot resume with {args.batch_size}")
+    seed = tmeta.get("seed", args.seed)
+    arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
+    opt_name = tmeta.get("optimizer_name", args.optimizer or "adam")
+    test_size = tmeta.get("test_size", args.test_size)
+    val_size = tmeta.get("val_size", args.val_size)
+
+    ds = _load_data(args, seed, test_size)
+    recipe = RECIPES["digits" if ds.name == "digits" else "other"]
+    epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
+    batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
+    x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
+    if val_size > 0:
+        x_tr, x_val, y_tr, y_val = stratified_split(x_tr, y_tr, val_size, seed)
+    n_classes = ds.n_classes
+
+    if resume:
+        net = resume.net
+        _check_shapes(net, ds, args.resume)
+        opt_info = resume.optimizer or {}
+        opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
+        opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
+    else:
+        net = build_network(arch, ds.input_shape, n_classes, seed=seed)
+        default_lr = recipe["adam_lr"] if opt_name == "adam" else DEFAULT_LR[opt_name]
+        kwargs: dict[str, Any] = {"lr": args.lr or default_lr,
+                                  "weight_decay": args.weight_decay}
+        if opt_name == "sgd":
+            kwargs.update(momentum=0.9 if args.momentum is None else args.momentum,
+                          nesterov=args.nesterov)
+        elif opt_name == "rmsprop":
+            kwargs.update(momentum=args.momentum or 0.0)
+        elif args.momentum is not None:
+            raise UsageError("--momentum does not apply to adam")
+        opt = make_optimizer(opt_name, net, **kwargs)
+
+    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet)
+    if resume:
+        trainer.load_state(tmeta["trainer"])
+    save_path = args.save or args.resume
+
+    def checkpoint(tr: Trainer) -> None:
+        if save_path:
+            save(net, save_path, optimizer=opt, training={
+                "architecture": arch, "optimizer_name": opt_name, "seed": seed, "epochs": epochs,
+                "test_size": test_size, "val_size": val_size, "batch_size": batch_size,
+                "dataset": ds.name, "trainer": tr.state()})
+
+    if not args.quiet:
+        print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
+              f"{ds.input_shape}, {n_classes} classes; arch {arch}; {opt!r}; batch "
+              f"{batch_size}; {_config.get_num_threads()} threads")
+    t0 = time.perf_counter()
+    try:
+        trainer.fit(x_tr, y_tr, epochs, ds.x_test, ds.y_test, x_val, y_val, checkpoint=checkpoint)
+    except TrainingInterrupted as e:
+        where = f"; resumable checkpoint saved to {save_path}" if save_path else " (no --save given)"
+        print(f"train.py: {e} at epoch {trainer.epoch + 1}, step {trainer._step}{where}",
+              file=sys.stderr)
+        return 128 + e.signum
+    wall = time.perf_counter() - t0
+    final = trainer.history[-1] if trainer.history else {}
+    if not args.quiet:
+        print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f} after "
+              f"{trainer.epoch} epochs, {wall:.1f} s")
+    if args.metrics_out:
+        keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
+                "images_per_second", "val_loss", "val_accuracy")
+        metrics = {"dataset": ds.name, "architecture": arch, "optimizer": opt_name,
+                   "hyperparameters": opt.hyperparameters(), "batch_size": batch_size,
+                   "seed": seed, "threads": _config.get_num_threads(),
+                   "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
+                   "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
+        atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
+    return 0
+
+
+def _check_shapes(net, ds: Dataset, path: str) -> None:
+    if net.input_shape is not None and tuple(net.input_shape) != ds.input_shape:
+        raise CheckpointError(f"{path}: the network expects images of shape {tuple(net.input_shape)}, "
+                              f"the data has {ds.input_shape}")
+    n_out = net.output_shape(ds.input_shape)[0]
+    if ds.n_classes > n_out:
+        raise CheckpointError(f"{path}: the network has {n_out} classes, the data has labels up to "
+                              f"{ds.n_classes - 1}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except UsageError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+    except ArchitectureError as e:
+        print(f"train.py: error: --arch: {e}", file=sys.stderr)
+        return 2
+    except (DataError, CheckpointError, DeviceError) as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 1
+    except DivergenceError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, compiling)
+        print("train.py: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except OSError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

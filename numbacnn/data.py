@@ -1,0 +1,338 @@
+"""Datasets: scikit-learn digits, MNIST-like IDX / npz / csv files, splits and mini-batches.
+
+Every loader returns float32 images (N, C, H, W) scaled to [0, 1] and int64 labels, and raises
+``DataError`` naming the file and the problem. ``python -m numbacnn.data download`` fetches MNIST.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_LABEL = 255  # MNIST-like labels are small non-negative integers (IDX stores them as bytes)
+
+
+class DataError(ValueError):
+    """A data file or array that cannot be used; the message names the file and the problem."""
+
+
+@dataclass
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+
+    @property
+    def n_classes(self) -> int:
+        ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
+        return int(max(int(y.max()) for y in ys)) + 1
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(int(s) for s in self.x_train.shape[1:])  # type: ignore[return-value]
+
+
+# --- validation helpers ----------------------------------------------------------------------------
+def as_images(x: np.ndarray, source: str) -> np.ndarray:
+    """(N, H, W), (N, C, H, W) or (N, H, W, C) with C in {1, 3} -> float32 NCHW in [0, 1]."""
+    x = np.asarray(x)
+    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise DataError(f"{source}: images must be numeric, got dtype {x.dtype}")
+    if x.ndim == 3:
+        x = x[:, None]
+    elif x.ndim == 4 and x.shape[3] in (1, 3) and x.shape[1] not in (1, 3):
+        x = x.transpose(0, 3, 1, 2)
+    elif x.ndim != 4:
+        raise DataError(f"{source}: images must have shape (N, H, W) or (N, C, H, W), got {x.shape}")
+    if x.shape[0] == 0:
+        raise DataError(f"{source}: the dataset is empty")
+    if min(x.shape[1:]) < 1:
+        raise DataError(f"{source}: images have an empty dimension, shape {x.shape}")
+    integer = np.issubdtype(x.dtype, np.integer)
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise DataError(f"{source}: images contain NaN or infinite values")
+    if integer or x.max() > 1.0:
+        if x.min() < 0 or x.max() > 255:
+            raise DataError(f"{source}: pixel values must lie in [0, 1] or [0, 255], got "
+                            f"[{x.min()}, {x.max()}]")
+        x /= np.float32(255.0)
+    elif x.min() < 0:
+        raise DataError(f"{source}: pixel values must lie in [0, 1] or [0, 255], got min {x.min()}")
+    return np.ascontiguousarray(x)
+
+
+def as_labels(y: np.ndarray, n: int, source: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DataError(f"{source}: labels must be a 1-D array, got shape {y.shape}")
+    if y.shape[0] != n:
+        raise DataError(f"{source}: {n} images but {y.shape[0]} labels")
+    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+        raise DataError(f"{source}: labels must be integers, got dtype {y.dtype}")
+    if np.issubdtype(y.dtype, np.floating):
+        if not np.isfinite(y).all() or (y != np.round(y)).any():
+            raise DataError(f"{source}: labels must be whole numbers")
+    if y.size and (y.min() < 0 or y.max() > MAX_LABEL):
+        raise DataError(f"{source}: labels out of range: must lie in [0, {MAX_LABEL}], got "
+                        f"[{y.min()}, {y.max()}]")
+    return y.astype(np.int64)
+
+
+# --- IDX ---------------------------------------------------------------------------------------
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    if raw[:2] == b"\x1f\x8b" or path.endswith(".gz"):
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"{path}: corrupt gzip data ({e})") from None
+    return raw
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read an IDX file (optionally gzip-compressed), validating its header and length."""
+    raw = _read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES or raw[3] == 0:
+        raise DataError(f"{path}: not an IDX file (wrong magic number {raw[:4].hex() or 'empty'})")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header")
+    dims = struct.unpack(f">{ndim}I", raw[4:header])
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    expected = header + math.prod(dims) * dtype.itemsize
+    if len(raw) < expected:
+        raise DataError(f"{path}: truncated: header says {dims} ({expected} bytes), file has "
+                        f"{len(raw)} bytes")
+    if len(raw) > expected:
+        raise DataError(f"{path}: {len(raw) - expected} unexpected bytes after the data {dims}")
+    return np.frombuffer(raw, dtype, offset=header).reshape(dims)
+
+
+def load_idx(images_path: str, labels_path: str) -> tuple[np.ndarray, np.ndarray]:
+    images = read_idx(images_path)
+    if images.ndim != 3:
+        raise DataError(f"{images_path}: an images file must have 3 dimensions (N, H, W), got "
+                        f"{images.shape}")
+    labels = read_idx(labels_path)
+    if labels.ndim != 1:
+        raise DataError(f"{labels_path}: a labels file must have 1 dimension, got {labels.shape}")
+    if len(labels) != len(images):
+        raise DataError(f"{images_path} has {len(images)} images but {labels_path} has "
+                        f"{len(labels)} labels")
+    return as_images(images, images_path), as_labels(labels, len(images), labels_path)
+
+
+def _idx_pair_in_dir(directory: str, split: str) -> tuple[str, str] | None:
+    names = os.listdir(directory)
+
+    def find(kind: str) -> str | None:
+        for n in sorted(names):
+            low = n.lower()
+            if low.startswith(split) and f"{kind}-idx" in low.replace(".", "-"):
+                return os.path.join(directory, n)
+        return None
+
+    img, lab = find("images"), find("labels")
+    if img is None and lab is None:
+        return None
+    if img is None or lab is None:
+        raise DataError(f"{directory}: found {os.path.basename(img or lab)} but not its "
+                        f"{'labels' if lab is None else 'images'} file")
+    return img, lab
+
+
+def labels_beside(images_path: str) -> str:
+    """The labels file that goes with an IDX images file (images -> labels, idx3 -> idx1)."""
+    d, name = os.path.split(images_path)
+    cand = name.replace("images", "labels").replace("idx3", "idx1")
+    for c in (cand, cand + ".gz", cand[:-3] if cand.endswith(".gz") else cand):
+        if c != name and os.path.exists(os.path.join(d, c)):
+            return os.path.join(d, c)
+    raise DataError(f"{images_path}: no labels file found beside it (looked for {cand}); "
+                    f"pass --labels")
+
+
+# --- npz / csv -----------------------------------------------------------------------------------
+def load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = set(z.files)
+            if {"x_train", "y_train"} <= keys:
+                xtr, ytr = z["x_train"], z["y_train"]
+                xte = z["x_test"] if "x_test" in keys else None
+                yte = z["y_test"] if "y_test" in keys else None
+            elif {"x", "y"} <= keys:
+                xtr, ytr, xte, yte = z["x"], z["y"], None, None
+            else:
+                raise DataError(f"{path}: expected arrays x_train, y_train[, x_test, y_test] or x, y; "
+                                f"found {sorted(keys) or 'none'}")
+    except DataError:
+        raise
+    except (OSError, ValueError, zlib.error, EOFError) as e:
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    except Exception as e:  # zipfile.BadZipFile and friends from a corrupt archive
+        raise DataError(f"{path}: corrupt .npz file ({type(e).__name__}: {e})") from None
+    xtr = as_images(xtr, f"{path}[x_train]")
+    ytr = as_labels(ytr, len(xtr), f"{path}[y_train]")
+    if (xte is None) != (yte is None):
+        raise DataError(f"{path}: has only one of x_test / y_test")
+    if xte is not None:
+        xte = as_images(xte, f"{path}[x_test]")
+        yte = as_labels(yte, len(xte), f"{path}[y_test]")
+        if xte.shape[1:] != xtr.shape[1:]:
+            raise DataError(f"{path}: train images are {xtr.shape[1:]} but test images are "
+                            f"{xte.shape[1:]}")
+    return xtr, ytr, xte, yte
+
+
+def load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Label in the first column, one pixel per column (a square number of them), header optional."""
+    raw = _read_bytes(path)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not a text (UTF-8) csv file") from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise DataError(f"{path}: the dataset is empty")
+    first = lines[0].split(",")
+    start = 0
+    try:
+        [float(v) for v in first]
+    except ValueError:
+        start = 1  # a header row
+    rows = lines[start:]
+    if not rows:
+        raise DataError(f"{path}: the dataset is empty (only a header)")
+    width = len(rows[0].split(","))
+    data = np.empty((len(rows), width), np.float64)
+    for i, ln in enumerate(rows):
+        cells = ln.split(",")
+        if len(cells) != width:
+            raise DataError(f"{path}: line {i + start + 1} has {len(cells)} columns, expected {width}")
+        try:
+            data[i] = [float(c) for c in cells]
+        except ValueError:
+            bad = next(c for c in cells if not _is_number(c))
+            raise DataError(f"{path}: line {i + start + 1}: non-numeric cell {bad.strip()[:20]!r}") from None
+    n_pix = width - 1
+    side = int(round(np.sqrt(n_pix)))
+    if n_pix < 1 or side * side != n_pix:
+        raise DataError(f"{path}: {n_pix} pixel columns is not a square image (label first, then "
+                        f"one column per pixel)")
+    x = as_images(data[:, 1:].reshape(-1, side, side), path)
+    return x, as_labels(data[:, 0], len(x), path)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+# --- datasets ------------------------------------------------------------------------------------
+def load_digits_dataset() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 8x8 digits (1,797 images, embedded in scikit-learn), as (N, 1, 8, 8) in [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return (d.images.astype(np.float32)[:, None] / np.float32(16.0)), d.target.astype(np.int64)
+
+
+def stratified_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < test_size < 1.0:
+        raise DataError(f"test size must lie in (0, 1), got {test_size}")
+    counts = np.bincount(y)
+    stratify = y if counts[counts > 0].min() >= 2 and len(y) * test_size >= (counts > 0).sum() else None
+    try:
+        return train_test_split(x, y, test_size=test_size, random_state=seed, stratify=stratify)
+    except ValueError as e:
+        raise DataError(f"cannot split {len(y)} examples with test size {test_size}: {e}") from None
+
+
+def load_dataset(path: str | None = None, labels: str | None = None, test_size: float = 0.2,
+                 seed: int = 0) -> Dataset:
+    """Load ``path`` (None: the embedded digits) and return train and test arrays.
+
+    Data without a test split is split with a stratified ``test_size`` hold-out seeded by ``seed``.
+    """
+    x_te = y_te = None
+    if path is None or path == "digits":
+        name = "digits"
+        x, y = load_digits_dataset()
+    elif not os.path.exists(path):
+        raise DataError(f"{path}: no such file or directory")
+    elif os.path.isdir(path):
+        name = os.path.basename(os.path.normpath(path))
+        train = _idx_pair_in_dir(path, "train")
+        test = _idx_pair_in_dir(path, "t10k")
+        if train is None and test is None:
+            raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], "
+                            f"t10k-images-idx3-ubyte[.gz], ...) in this directory")
+        if train is not None and test is not None:
+            x, y = load_idx(*train)
+            x_te, y_te = load_idx(*test)
+        else:
+            x, y = load_idx(*(train or test))  # type: ignore[misc]
+    else:
+        name = os.path.basename(path)
+        low = path.lower()
+        if low.endswith(".npz"):
+            x, y, x_te, y_te = load_npz(path)
+        elif low.endswith(".csv") or low.endswith(".csv.gz"):
+            x, y = load_csv(path)
+            if labels:
+                raise DataError("--labels is only for IDX image files")
+        else:
+            x, y = load_idx(path, labels or labels_beside(path))
+    if x_te is not None and x_te.shape[1:] != x.shape[1:]:
+        raise DataError(f"{path}: train images are {x.shape[1:]} but test images are {x_te.shape[1:]}")
+    if x_te is None:
+        x, x_te, y, y_te = stratified_split(x, y, test_size, seed)
+    if len(np.unique(y)) < 2:
+        raise DataError(f"{path or name}: training labels hold a single class; need at least 2")
+    return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te)
+
+
+def write_idx(path: str, array: np.ndarray) -> None:
+    """Write a uint8 array as an IDX file (gzip-compressed when path ends with .gz)."""
+    a = np.ascontiguousarray(array, dtype=np.uint8)
+    payload = bytes([0, 0, 0x08, a.ndim]) + struct.pack(f">{a.ndim}I", *a.shape) + a.tobytes()
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(payload)
+
+
+def iterate_minibatches(n: int, batch_size: int, rng: np.random.Generator | None):
+    """Index arrays of successive mini-batches over a permutation (rng) or in order (None)."""
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    for lo in range(0, n, batch_size):
+        yield order[lo:lo + batch_size]
+
+
+if __name__ == "__main__":  # pragma: no cover - thin wrapper, tested through download.main
+    from .download import main
+
+    raise SystemExit(main())

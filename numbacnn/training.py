@@ -1,0 +1,217 @@
+"""The fit/evaluate loop shared by the command line and the scikit-learn estimator.
+
+Reproducible (the seed drives the shuffling and dropout; the kernels are thread-count independent),
+resumable mid-epoch, stops cleanly on SIGINT/SIGTERM and on a NaN/inf loss.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from .network import Sequential, softmax_cross_entropy
+from .optimizers import Optimizer
+
+
+class DivergenceError(RuntimeError):
+    """The loss became NaN or infinite; the weights are those of the last good step."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on a signal after finishing the current step (state is consistent)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 256
+             ) -> tuple[float, float]:
+    """Mean cross-entropy loss and accuracy of ``net`` on (x, y), in inference mode."""
+    total, correct = 0.0, 0
+    for lo in range(0, len(x), batch_size):
+        logits = net.forward(x[lo:lo + batch_size], training=False)
+        yb = y[lo:lo + batch_size]
+        loss, _ = softmax_cross_entropy(logits, yb)
+        total += loss * len(yb)
+        correct += int((logits.argmax(1) == yb).sum())
+    return total / len(x), correct / len(x)
+
+
+def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: int) -> np.ndarray:
+    pred = net.predict(x)
+    m = np.zeros((n_classes, n_classes), np.int64)
+    np.add.at(m, (y, pred), 1)
+    return m
+
+
+@contextmanager
+def _stop_on_signals(trainer: "Trainer"):
+    """Turn SIGINT/SIGTERM into a flag checked between steps (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        trainer.stop_signal = signum
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Trainer:
+    """Mini-batch training of ``net`` with ``optimizer``.
+
+    Parameters
+    ----------
+    batch_size : int
+    seed : int
+        Seeds the shuffling (the network's own seed drives initialisation and dropout).
+    progress : bool
+        Show a tqdm bar per epoch and a summary line per epoch.
+    """
+
+    def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
+                 progress: bool = True, log: Callable[[str], None] | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+        self.net = net
+        self.optimizer = optimizer
+        self.batch_size = int(batch_size)
+        self.rng = np.random.default_rng(seed)
+        self.progress = progress
+        self.log = log or print
+        self.history: list[dict[str, Any]] = []
+        self.epoch = 0  # completed epochs
+        self.stop_signal: int | None = None
+        # mid-epoch position (for resuming an interrupted epoch)
+        self._epoch_rng_state: dict | None = None
+        self._step = 0
+        self._partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
+
+    # --- checkpoint state ------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step": self._step, "rng": self.rng.bit_generator.state,
+                "epoch_rng": self._epoch_rng_state, "partial": dict(self._partial),
+                "history": self.history, "batch_size": self.batch_size}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        self.epoch = int(st["epoch"])
+        self._step = int(st["step"])
+        self.rng.bit_generator.state = st["rng"]
+        self._epoch_rng_state = st["epoch_rng"]
+        self._partial = dict(st["partial"])
+        self.history = list(st["history"])
+
+    # --- training --------------------------------------------------------------------------------
+    def train_epoch(self, x: np.ndarray, y: np.ndarray, total_epochs: int | None = None,
+                    on_step: Callable[[], None] | None = None) -> dict[str, Any]:
+        """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch."""
+        n = len(x)
+        if self._epoch_rng_state is None:
+            self._epoch_rng_state = self.rng.bit_generator.state
+            order = self.rng.permutation(n)
+            self._step = 0
+            self._partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
+        else:  # resuming: the same permutation as before the interruption
+            g = np.random.default_rng()
+            g.bit_generator.state = self._epoch_rng_state
+            order = g.permutation(n)
+        n_steps = -(-n // self.batch_size)
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+            label = f"epoch {self.epoch + 1}" + (f"/{total_epochs}" if total_epochs else "")
+            bar = tqdm(total=n_steps, initial=self._step, desc=label, unit="batch", leave=False,
+                       dynamic_ncols=True)
+        p = self._partial
+        try:
+            for step in range(self._step, n_steps):
+                t0 = time.perf_counter()
+                idx = order[step * self.batch_size:(step + 1) * self.batch_size]
+                xb, yb = x[idx], y[idx]
+                logits = self.net.forward(xb, training=True)
+                loss, dlogits = softmax_cross_entropy(logits, yb)
+                if not math.isfinite(loss):
+                    raise DivergenceError(
+                        f"the loss became {loss} at epoch {self.epoch + 1}, step {step + 1}: training "
+                        f"diverged; try a lower learning rate (now {self.optimizer.lr:g})")
+                self.net.backward(dlogits, need_input_grad=False)
+                self.optimizer.step()
+                p["seconds"] += time.perf_counter() - t0
+                p["loss"] += loss * len(yb)
+                p["correct"] += int((logits.argmax(1) == yb).sum())
+                p["seen"] += len(yb)
+                self._step = step + 1
+                if on_step is not None:
+                    on_step()
+                if bar is not None:
+                    bar.update(1)
+                    if step % 5 == 0 or step == n_steps - 1:
+                        bar.set_postfix(loss=f"{p['loss'] / p['seen']:.4f}",
+                                        acc=f"{p['correct'] / p['seen']:.4f}",
+                                        img_s=f"{p['seen'] / max(p['seconds'], 1e-9):.0f}")
+                if self.stop_signal is not None:
+                    raise TrainingInterrupted(self.stop_signal)
+        finally:
+            if bar is not None:
+                bar.close()
+        self.epoch += 1
+        self._epoch_rng_state = None
+        self._step = 0
+        return {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
+                "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
+                "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
+
+    def fit(self, x: np.ndarray, y: np.ndarray, epochs: int, x_test: np.ndarray | None = None,
+            y_test: np.ndarray | None = None, x_val: np.ndarray | None = None,
+            y_val: np.ndarray | None = None,
+            checkpoint: Callable[["Trainer"], None] | None = None) -> list[dict[str, Any]]:
+        """Train until ``epochs`` epochs are complete (counting those already done when resumed).
+
+        ``checkpoint(trainer)`` is called after every epoch and, on SIGINT/SIGTERM, after the last
+        completed step before ``TrainingInterrupted`` is raised.
+        """
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        self.stop_signal = None
+        with _stop_on_signals(self):
+            while self.epoch < epochs:
+                try:
+                    stats = self.train_epoch(x, y, total_epochs=epochs)
+                except TrainingInterrupted:
+                    if checkpoint is not None:
+                        checkpoint(self)
+                    raise
+                if x_val is not None and y_val is not None:
+                    stats["val_loss"], stats["val_accuracy"] = evaluate(self.net, x_val, y_val)
+                if x_test is not None and y_test is not None:
+                    stats["test_loss"], stats["test_accuracy"] = evaluate(self.net, x_test, y_test)
+                self.history.append(stats)
+                if self.progress:
+                    self.log(format_epoch(stats, epochs))
+                if checkpoint is not None:
+                    checkpoint(self)
+                if self.stop_signal is not None:
+                    raise TrainingInterrupted(self.stop_signal)
+        return self.history
+
+
+def format_epoch(s: dict[str, Any], epochs: int) -> str:
+    line = (f"epoch {s['epoch']}/{epochs}: train loss {s['train_loss']:.4f} acc "
+            f"{s['train_accuracy']:.4f}")
+    if "val_loss" in s:
+        line += f" | val loss {s['val_loss']:.4f} acc {s['val_accuracy']:.4f}"
+    if "test_loss" in s:
+        line += f" | test loss {s['test_loss']:.4f} acc {s['test_accuracy']:.4f}"
+    return line + f" | {s['seconds']:.1f} s, {s['images_per_second']:.0f} img/s"

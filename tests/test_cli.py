@@ -1,0 +1,226 @@
+"""The command line: every flag's happy path on tiny data, metrics JSON, save/resume/evaluate round
+trips, exit codes and one-line errors, interruption and divergence."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import numbacnn as nc
+from numbacnn.cli import main
+from numbacnn.data import write_idx
+from conftest import MNIST_DIR, ROOT
+
+TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", "--epochs", "2"]
+
+
+@pytest.fixture
+def npz(tmp_path):
+    rng = np.random.default_rng(0)
+    y = np.arange(120) % 3
+    x = rng.integers(0, 60, (120, 8, 8)).astype(np.uint8)
+    for i, label in enumerate(y):  # a learnable pattern per class
+        x[i, 2 * label:2 * label + 2, :] = 250
+    p = tmp_path / "tiny.npz"
+    np.savez(p, x=x, y=y)
+    return str(p)
+
+
+def test_default_digits_run_reaches_98_percent(tmp_path):
+    out = tmp_path / "m.json"
+    assert main(["--quiet", "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["dataset"] == "digits" and m["test_accuracy"] >= 0.98, m["test_accuracy"]
+
+
+def test_flags_and_metrics_schema(tmp_path, npz, capsys):
+    out = tmp_path / "m.json"
+    for opt in (["--optimizer", "sgd", "--momentum", "0.8", "--nesterov", "--weight-decay", "1e-4"],
+                ["--optimizer", "rmsprop", "--lr", "0.002"], ["--optimizer", "adam"]):
+        rc = main(TINY + ["--data", npz, "--batch-size", "16", "--seed", "3", "--threads", "1",
+                          "--val-size", "0.2", "--test-size", "0.25", "--metrics-out", str(out)] + opt)
+        assert rc == 0
+        m = json.loads(out.read_text())
+        assert set(m) >= {"dataset", "architecture", "optimizer", "test_accuracy", "epochs"}
+        assert m["optimizer"] == opt[1] and len(m["epochs"]) == 2
+        for e in m["epochs"]:
+            assert set(e) >= {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+                              "seconds", "images_per_second", "val_accuracy"}
+        assert m["test_accuracy"] == m["epochs"][-1]["test_accuracy"]
+    nc.set_num_threads(None)
+    assert capsys.readouterr().out == ""  # --quiet prints nothing
+
+
+def test_progress_output_has_epoch_summary(npz, capsys):
+    assert main(TINY[1:] + ["--data", npz]) == 0
+    out = capsys.readouterr()
+    assert "epoch 2/2: train loss" in out.out and "img/s" in out.out
+
+
+def test_same_seed_same_numbers(tmp_path, npz):
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"m{i}.json"
+        assert main(TINY + ["--data", npz, "--metrics-out", str(out)]) == 0
+        m = json.loads(out.read_text())
+        runs.append([(e["train_loss"], e["test_loss"]) for e in m["epochs"]])
+    assert runs[0] == runs[1]
+
+
+def test_save_evaluate_and_resume_round_trip(tmp_path, npz, capsys):
+    ck = str(tmp_path / "ck.npz")
+    assert main(TINY + ["--data", npz, "--save", ck]) == 0
+    net = nc.load(ck)
+    assert net.architecture == TINY[2] and net.input_shape == (1, 8, 8)
+    capsys.readouterr()
+    assert main(["--evaluate", ck, "--data", npz]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "confusion matrix" in out
+    # resume to 4 epochs = an uninterrupted 4-epoch run, bit for bit
+    assert main(TINY[:3] + ["--epochs", "4", "--data", npz, "--resume", ck, "--quiet"]) == 0
+    full = str(tmp_path / "full.npz")
+    assert main(TINY[:3] + ["--epochs", "4", "--data", npz, "--save", full]) == 0
+    a, b = nc.load_checkpoint(ck), nc.load_checkpoint(full)
+    np.testing.assert_array_equal(a.net.params, b.net.params)
+    for k in a.optimizer_state:
+        np.testing.assert_array_equal(a.optimizer_state[k], b.optimizer_state[k])
+
+
+def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path):
+    """Stop after step 7 of epoch 2, save, reload into fresh objects, finish: same weights."""
+    rng = np.random.default_rng(0)
+    x = rng.random((100, 1, 8, 8)).astype(np.float32)
+    y = np.arange(100) % 4
+    spec = "conv(3,3),relu,dropout(0.3),dense(8),relu"
+
+    def fresh():
+        net = nc.build_network(spec, (1, 8, 8), 4, seed=1)
+        opt = nc.SGD(net, lr=0.05, momentum=0.9)
+        return net, opt, nc.Trainer(net, opt, batch_size=16, seed=2, progress=False)
+
+    net, opt, tr = fresh()
+    tr.fit(x, y, 3)
+    reference = net.params.copy()
+
+    net, opt, tr = fresh()
+    ck = str(tmp_path / "int.npz")
+    tr.train_epoch(x, y)
+    orig = opt.step
+
+    def step():  # the signal arrives during step 3 of epoch 2 (7 steps per epoch)
+        orig()
+        if opt.step_count == 7 + 3:
+            tr.stop_signal = signal.SIGINT
+
+    opt.step = step
+    with pytest.raises(nc.TrainingInterrupted):
+        tr.train_epoch(x, y)
+    assert tr.epoch == 1 and tr._step == 3
+    nc.save(net, ck, optimizer=opt, training={"trainer": tr.state()})
+    ckpt = nc.load_checkpoint(ck)
+    net2 = ckpt.net
+    opt2 = nc.SGD(net2, lr=0.05, momentum=0.9)
+    opt2.load_state_dict({"step": ckpt.optimizer["step"], **ckpt.optimizer_state})
+    tr2 = nc.Trainer(net2, opt2, batch_size=16, seed=999, progress=False)
+    tr2.load_state(ckpt.meta["training"]["trainer"])
+    tr2.fit(x, y, 3)
+    np.testing.assert_array_equal(net2.params, reference)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--lr", "0"], "--lr: '0' must be > 0"),
+    (["--lr", "-1"], "--lr"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--epochs", "-3"], "--epochs"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--optimizer", "lbfgs"], "invalid choice"),
+    (["--arch", "conv(8,3),relu,maxpol(2)"], "unknown layer 'maxpol' at token 3"),
+    (["--metrics-out", "/nonexistent-dir/m.json"], "cannot write /nonexistent-dir/m.json"),
+    (["--save", "/nonexistent-dir/c.npz"], "cannot write"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, msg, capsys):
+    assert main(argv + ["--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1, err
+
+
+def test_bad_data_exits_1_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "t10k-images-idx3-ubyte"
+    bad.write_bytes(b"\x00\x00\x08\x03\x00")
+    assert main(["--quiet", "--data", str(bad), "--labels", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "t10k-images-idx3-ubyte" in err and "Traceback" not in err
+    assert main(["--quiet", "--data", str(tmp_path / "nope")]) == 1
+
+
+def test_resume_with_other_arch_is_explained(tmp_path, npz, capsys):
+    ck = str(tmp_path / "ck.npz")
+    assert main(TINY + ["--data", npz, "--save", ck]) == 0
+    assert main(["--quiet", "--data", npz, "--resume", ck, "--arch", "lenet5"]) == 1
+    assert "cannot resume with --arch 'lenet5'" in capsys.readouterr().err
+
+
+def test_divergence_stops_with_advice_and_keeps_last_checkpoint(tmp_path, npz, capsys):
+    ck = tmp_path / "ck.npz"
+    assert main(TINY + ["--data", npz, "--save", str(ck)]) == 0
+    before = ck.read_bytes()
+    rc = main(TINY[:3] + ["--epochs", "3", "--quiet", "--data", npz, "--optimizer", "sgd", "--lr",
+                          "1e30", "--save", str(ck)])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "diverged" in err and "lower learning rate" in err
+    assert ck.read_bytes() == before
+
+
+def test_sigint_saves_resumable_checkpoint_and_resume_matches(tmp_path):
+    """A real Ctrl-C in a child process: exit 130, a checkpoint, and a resume that equals a full run."""
+    ck = tmp_path / "ck.npz"
+    args = [sys.executable, os.path.join(ROOT, "train.py"), "--quiet", "--epochs", "200",
+            "--arch", "conv(4,3),relu,dense(16),relu", "--batch-size", "8", "--threads", "2"]
+    proc = subprocess.Popen(args + ["--save", str(ck)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not ck.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "resumable checkpoint saved" in err and "Traceback" not in err
+    state = nc.load_checkpoint(str(ck)).meta["training"]["trainer"]
+    done_epochs = state["epoch"]
+    assert done_epochs < 200
+    target = str(done_epochs + 2)
+    r = subprocess.run(args[:3] + ["--epochs", target] + args[5:] + ["--resume", str(ck)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    full = tmp_path / "full.npz"
+    r = subprocess.run(args[:3] + ["--epochs", target] + args[5:] + ["--save", str(full)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(nc.load(str(ck)).params, nc.load(str(full)).params)
+
+
+def test_python_dash_m_entry_point(npz):
+    r = subprocess.run([sys.executable, "-m", "numbacnn", "--lr", "-2"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--lr" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir(MNIST_DIR), reason="shared MNIST test set not present")
+def test_short_real_mnist_run(tmp_path):
+    out = tmp_path / "m.json"
+    assert main(["--quiet", "--data", MNIST_DIR, "--epochs", "1", "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["test_accuracy"] > 0.9, m["test_accuracy"]
+
+
+def test_idx_file_with_labels_flag(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (40, 6, 6), dtype=np.uint8)
+    write_idx(str(tmp_path / "imgs.idx3"), x)
+    write_idx(str(tmp_path / "labs.idx1"), np.arange(40) % 2)
+    assert main(TINY + ["--data", str(tmp_path / "imgs.idx3"), "--labels",
+                        str(tmp_path / "labs.idx1")]) == 0
