@@ -13,7 +13,10 @@ from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D
 from .network import Sequential
 
 PRESETS: dict[str, str] = {
-    # the default: "same" padding keeps it usable from 8x8 digits up to 28x28 MNIST
+    # "auto" (the default) picks "compact" for inputs up to 16x16 and "small" above
+    "compact": "conv(32,3,padding=same),relu,conv(64,3,padding=same),relu,maxpool(2),"
+               "dense(128),relu,dropout(0.5)",
+    # "same" padding keeps it usable from 8x8 digits up to 28x28 MNIST
     "small": "conv(32,3,padding=same),relu,maxpool(2),conv(64,3,padding=same),relu,maxpool(2),"
              "dense(128),relu,dropout(0.25)",
     # the PyTorch reference net of shared/data/README.md and the benchmark
@@ -21,7 +24,14 @@ PRESETS: dict[str, str] = {
     "lenet5": "conv(6,5),relu,maxpool(2),conv(16,5),relu,maxpool(2),dense(120),relu",
     "mlp": "dense(256),relu,dense(128),relu",
 }
-DEFAULT_ARCH = "small"
+DEFAULT_ARCH = "auto"
+
+
+def resolve_preset(spec: str, input_shape: tuple[int, ...]) -> str:
+    """"auto" -> "compact" for images up to 16x16, else "small"; other specs unchanged."""
+    if isinstance(spec, str) and spec.strip().lower() == "auto":
+        return "compact" if max(input_shape[1:]) <= 16 else "small"
+    return spec
 
 # name -> (positional parameter names, defaults)
 _GRAMMAR: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
@@ -81,7 +91,7 @@ def _value(text: str) -> Any:
 def parse_architecture(spec: str) -> list[LayerSpec]:
     """Parse a preset name or a spec string into LayerSpecs (no final classifier layer)."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ArchitectureError(f"architecture must be a preset ({', '.join(PRESETS)}) or a spec "
+        raise ArchitectureError(f"architecture must be a preset (auto, {', '.join(PRESETS)}) or a spec "
                                 f"string, got {spec!r}")
     text = PRESETS.get(spec.strip().lower(), spec)
     out = []
@@ -93,7 +103,7 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
         kind, argtext = m.group(1).lower(), m.group(2)
         if kind not in _GRAMMAR:
             raise ArchitectureError(f"unknown layer {kind!r} at {where}; known layers: "
-                                    f"{', '.join(_GRAMMAR)} (or a preset: {', '.join(PRESETS)})")
+                                    f"{', '.join(_GRAMMAR)} (or a preset: auto, {', '.join(PRESETS)})")
         names, defaults = _GRAMMAR[kind]
         args: dict[str, Any] = {}
         if argtext is not None and argtext.strip():
@@ -133,7 +143,7 @@ def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_cl
     an axis too short for a window, the window shrinks to 1; pools with nothing left to pool are
     skipped; convolutions whose kernel is longer than the axis get "same"-style padding.
     """
-    specs = parse_architecture(spec) if isinstance(spec, str) else spec
+    specs = parse_architecture(resolve_preset(spec, input_shape)) if isinstance(spec, str) else spec
     if not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
         raise ArchitectureError(f"need at least 2 classes, got {n_classes!r}")
     shape = tuple(int(s) for s in input_shape)

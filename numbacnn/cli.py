@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of the training data held out for validation (default 0)")
     m = p.add_argument_group("model and optimizer")
     m.add_argument("--arch", default=None,
-                   help=f"preset ({', '.join(PRESETS)}; default {DEFAULT_ARCH}) or a spec such as "
+                   help=f"preset (auto, {', '.join(PRESETS)}; default {DEFAULT_ARCH}: compact up to "
+                   "16x16 images, small above) or a spec such as "
                    "'conv(32,3),relu,maxpool(2),dense(128),relu'")
     m.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="default adam")
     m.add_argument("--lr", type=_number(float, 0, True), default=None,

@@ -108,6 +108,13 @@ class Layer:
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         raise NotImplementedError
 
+    def __getstate__(self) -> dict[str, Any]:
+        # pickles carry parameters and settings, not scratch buffers or forward caches
+        state = self.__dict__.copy()
+        state["_buffers"] = {}
+        state.pop("_x", None)
+        return state
+
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments: ``type(layer)(**layer.get_config())`` builds an equal layer."""
         return {}

@@ -39,14 +39,22 @@ class Sequential:
                 offset += size
         self.params = np.zeros(offset, np.float32)
         self.grads = np.zeros(offset, np.float32)
-        for i, layer in enumerate(self.layers):
-            views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
-            layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
-                       {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
+        self._bind_views()
         self.reset_parameters(seed)
         self._can_backward = False
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
+
+    def _bind_views(self) -> None:
+        for i, layer in enumerate(self.layers):
+            views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
+            layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
+                       {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
+
+    def __setstate__(self, state: dict) -> None:
+        # pickling turns the layers' views into copies: point them back at the flat buffers
+        self.__dict__.update(state)
+        self._bind_views()
 
     def reset_parameters(self, seed: int | np.random.Generator | None = None) -> None:
         rng = np.random.default_rng(seed)

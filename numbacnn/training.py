@@ -79,10 +79,13 @@ class Trainer:
         Seeds the shuffling (the network's own seed drives initialisation and dropout).
     progress : bool
         Show a tqdm bar per epoch and a summary line per epoch.
+    shuffle : bool
+        Visit the examples in a new random order every epoch (else in order).
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
-                 progress: bool = True, log: Callable[[str], None] | None = None) -> None:
+                 progress: bool = True, log: Callable[[str], None] | None = None,
+                 shuffle: bool = True) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
         self.net = net
@@ -90,6 +93,7 @@ class Trainer:
         self.batch_size = int(batch_size)
         self.rng = np.random.default_rng(seed)
         self.progress = progress
+        self.shuffle = shuffle
         self.log = log or print
         self.history: list[dict[str, Any]] = []
         self.epoch = 0  # completed epochs
@@ -120,13 +124,13 @@ class Trainer:
         n = len(x)
         if self._epoch_rng_state is None:
             self._epoch_rng_state = self.rng.bit_generator.state
-            order = self.rng.permutation(n)
+            order = self.rng.permutation(n) if self.shuffle else np.arange(n)
             self._step = 0
             self._partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
         else:  # resuming: the same permutation as before the interruption
             g = np.random.default_rng()
             g.bit_generator.state = self._epoch_rng_state
-            order = g.permutation(n)
+            order = g.permutation(n) if self.shuffle else np.arange(n)
         n_steps = -(-n // self.batch_size)
         bar = None
         if self.progress:

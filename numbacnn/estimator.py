@@ -1,0 +1,286 @@
+"""CNNClassifier: a scikit-learn classifier (Pipelines, GridSearchCV, clone, pickling) on numbacnn."""
+from __future__ import annotations
+
+import math
+import os
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import _config
+from .arch import DEFAULT_ARCH, build_network
+from .data import stratified_split
+from .device import check_device
+from .network import Sequential
+from .optimizers import make_optimizer
+from .training import Trainer, evaluate
+
+
+@contextmanager
+def _threads(n: int | None):
+    """Run with n numba threads; None: all cores, or the OMP_NUM_THREADS limit that joblib sets in
+    its workers (so GridSearchCV(n_jobs=2) does not run 2 x all-cores threads)."""
+    before = _config.get_num_threads()
+    if n is None:
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        n = int(env) if env.isdigit() and int(env) > 0 else None
+    _config.set_num_threads(n)
+    try:
+        yield
+    finally:
+        _config.set_num_threads(before)
+
+
+class CNNClassifier(ClassifierMixin, BaseEstimator):
+    """Convolutional network classifier trained with numbacnn's Numba kernels.
+
+    Parameters
+    ----------
+    architecture : str, default "small"
+        Preset name or layer spec ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
+        dense(n_classes) is appended. Fitted to inputs too small for it (e.g. 1 x n_features).
+    input_shape : tuple (C, H, W) or None
+        How to reshape 2-D X. None: one square channel when n_features is a perfect square,
+        else a 1 x n_features image. 3-D (N, H, W) and 4-D (N, C, H, W) X are used as they are.
+    optimizer : {"adam", "sgd", "rmsprop"}
+    learning_rate : float
+    momentum : float
+        Momentum of "sgd" (ignored by the others).
+    batch_size : int
+    max_epochs : int
+        Maximum passes over the training data in ``fit``.
+    shuffle : bool
+        Shuffle the training data every epoch.
+    random_state : int or None
+        Seeds initialisation, dropout, shuffling and the validation split.
+    early_stopping : bool
+        Hold out ``validation_fraction`` and stop when its accuracy has not improved by ``tol``
+        for ``n_iter_no_change`` epochs; the best weights are kept.
+    validation_fraction, n_iter_no_change, tol :
+        See early_stopping; without it, training stops when the training loss has not
+        improved by ``tol`` for ``n_iter_no_change`` epochs.
+    warm_start : bool
+        Continue from the previous fit's weights.
+    verbose : int
+        > 0 shows tqdm progress bars and per-epoch lines.
+    n_threads : int or None
+        numba threads during fit/predict (None: all cores, or joblib's per-worker limit).
+    device : {"cpu", "cuda"}
+    """
+
+    def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
+                 optimizer: str = "adam", learning_rate: float = 1e-3, momentum: float = 0.9,
+                 batch_size: int = 32, max_epochs: int = 20, shuffle: bool = True,
+                 random_state: int | None = None, early_stopping: bool = False,
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
+                 warm_start: bool = False, verbose: int = 0, n_threads: int | None = None,
+                 device: str = "cpu") -> None:
+        self.architecture = architecture
+        self.input_shape = input_shape
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.n_threads = n_threads
+        self.device = device
+
+    # --- input handling -------------------------------------------------------------------------
+    def _validate_X(self, X, reset: bool, y=None):
+        kw: dict[str, Any] = dict(reset=reset, allow_nd=True, dtype=[np.float32, np.float64])
+        if y is None:
+            X = validate_data(self, X, **kw)
+        else:
+            X, y = validate_data(self, X, y, **kw)
+        if X.ndim not in (2, 3, 4):
+            raise ValueError(f"X must be 2-D (n_samples, n_features), 3-D or 4-D, got {X.ndim}-D")
+        return X, y
+
+    def _resolve_shape(self, X: np.ndarray) -> tuple[int, int, int]:
+        if X.ndim == 4:
+            return tuple(X.shape[1:])  # type: ignore[return-value]
+        if X.ndim == 3:
+            return (1,) + tuple(X.shape[1:])  # type: ignore[return-value]
+        n = X.shape[1]
+        if self.input_shape is not None:
+            shape = tuple(int(s) for s in self.input_shape)
+            if len(shape) != 3 or math.prod(shape) != n:
+                raise ValueError(f"input_shape {self.input_shape} does not hold {n} features")
+            return shape  # type: ignore[return-value]
+        side = math.isqrt(n)
+        return (1, side, side) if side * side == n else (1, 1, n)
+
+    def _images(self, X: np.ndarray, shape) -> np.ndarray:
+        """(N, C, H, W) float32, standardised with the scalar mean/scale of the training data
+        (one pair for all pixels, so image structure is kept and unscaled 0..255 data trains)."""
+        if X.ndim != 2 and tuple(X.shape[1:]) != tuple(shape)[4 - X.ndim:]:
+            raise ValueError(f"X has image shape {X.shape[1:]}, but {type(self).__name__} was "
+                             f"fitted on {tuple(shape)}")
+        x = X.reshape((X.shape[0],) + tuple(shape)).astype(np.float32)
+        x -= np.float32(self.x_mean_)
+        x *= np.float32(1.0 / self.x_scale_)
+        return x
+
+    def _check_params(self) -> None:
+        def positive_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("batch_size", "max_epochs", "n_iter_no_change"):
+            positive_int(name)
+        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction!r}")
+        if self.optimizer not in ("sgd", "adam", "rmsprop"):
+            raise ValueError(f"optimizer must be 'sgd', 'adam' or 'rmsprop', got {self.optimizer!r}")
+        check_device(self.device)
+
+    # --- fitting ----------------------------------------------------------------------------------
+    def _init_model(self, shape, n_classes: int, rng: np.random.Generator) -> None:
+        seed = int(rng.integers(2**31))
+        self.net_ = build_network(self.architecture, shape, n_classes, seed=seed, adapt=True)
+        kwargs: dict[str, Any] = {"lr": self.learning_rate}
+        if self.optimizer == "sgd":
+            kwargs["momentum"] = self.momentum
+        self._optimizer = make_optimizer(self.optimizer, self.net_, **kwargs)
+        self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size,
+                                seed=int(rng.integers(2**31)), progress=self.verbose > 0,
+                                shuffle=self.shuffle)
+        self.input_shape_ = tuple(shape)
+        self.x_mean_, self.x_scale_ = 0.0, 1.0
+        self.loss_curve_: list[float] = []
+        self.n_iter_ = 0
+
+    def _set_scaling(self, X: np.ndarray) -> None:
+        std = float(np.std(X, dtype=np.float64))
+        self.x_mean_ = float(np.mean(X, dtype=np.float64))
+        self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
+
+    def _encode(self, y: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        if not np.all(self.classes_[idx] == y):
+            unknown = np.setdiff1d(np.unique(y), self.classes_)
+            raise ValueError(f"y contains labels not seen in classes_: {unknown[:5].tolist()}")
+        return idx.astype(np.int64)
+
+    def fit(self, X, y) -> "CNNClassifier":
+        """Train on X (n_samples, n_features) or image arrays, y any hashable labels."""
+        self._check_params()
+        warm = self.warm_start and hasattr(self, "net_")
+        X, y = self._validate_X(X, reset=not warm, y=y)
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if len(classes) < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data, "
+                             f"but the data contains only 1 class: {classes[0]!r}")
+        shape = self._resolve_shape(X)
+        if warm and (shape != self.input_shape_ or not np.array_equal(classes, self.classes_)):
+            raise ValueError("warm_start needs the same input shape and classes as the previous fit")
+        self.classes_ = classes
+        rng = np.random.default_rng(self.random_state)
+        if not warm:
+            self._init_model(shape, len(classes), rng)
+            self._set_scaling(X)
+        x_all, y_all = self._images(X, shape), self._encode(y)
+        with _threads(self.n_threads):
+            self._fit_epochs(x_all, y_all, rng)
+        return self
+
+    def _fit_epochs(self, x, y, rng) -> None:
+        x_val = y_val = None
+        if self.early_stopping:
+            x, x_val, y, y_val = stratified_split(x, y, self.validation_fraction,
+                                                  int(rng.integers(2**31)))
+            self.validation_scores_: list[float] = []
+            self.best_validation_score_ = -np.inf
+        best_loss, best_params, stall = np.inf, None, 0
+        for _ in range(self.max_epochs):
+            stats = self._one_epoch(x, y)
+            if self.early_stopping:
+                score = evaluate(self.net_, x_val, y_val)[1]
+                self.validation_scores_.append(score)
+                if score > self.best_validation_score_ + self.tol:
+                    self.best_validation_score_, best_params, stall = score, self.net_.params.copy(), 0
+                else:
+                    stall += 1
+            else:
+                if stats["train_loss"] < best_loss - self.tol:
+                    stall = 0
+                else:
+                    stall += 1
+                best_loss = min(best_loss, stats["train_loss"])
+            if stall >= self.n_iter_no_change:
+                break
+        if self.early_stopping and best_params is not None:
+            self.net_.params[:] = best_params
+
+    def _one_epoch(self, x, y) -> dict[str, Any]:
+        stats = self._trainer.train_epoch(x, y)
+        self.loss_curve_.append(float(stats["train_loss"]))
+        self.n_iter_ += 1
+        return stats
+
+    def partial_fit(self, X, y, classes=None) -> "CNNClassifier":
+        """One epoch over (X, y); ``classes`` (all labels) is required on the first call."""
+        first = not hasattr(self, "net_")
+        if first:
+            self._check_params()
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+        X, y = self._validate_X(X, reset=first, y=y)
+        check_classification_targets(y)
+        if first:
+            self.classes_ = np.unique(np.asarray(classes))
+            if len(self.classes_) < 2:
+                raise ValueError(f"{type(self).__name__} needs at least 2 classes, got "
+                                 f"{len(self.classes_)} class")
+            self._init_model(self._resolve_shape(X), len(self.classes_),
+                             np.random.default_rng(self.random_state))
+            self._set_scaling(X)
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes {np.unique(classes)} differ from the first call's {self.classes_}")
+        with _threads(self.n_threads):
+            self._one_epoch(self._images(X, self.input_shape_), self._encode(y))
+        return self
+
+    # --- prediction ---------------------------------------------------------------------------
+    def _logits(self, X) -> np.ndarray:
+        check_is_fitted(self, "net_")
+        X, _ = self._validate_X(X, reset=False)
+        with _threads(self.n_threads):
+            return self.net_.forward(self._images(X, self.input_shape_), training=False)
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        z = self._logits(X).astype(np.float64)
+        z -= z.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    def predict_proba(self, X) -> np.ndarray:
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X) -> np.ndarray:
+        logits = self._logits(X)
+        return self.classes_[np.argmax(logits, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+
+__all__ = ["CNNClassifier", "Sequential"]
