@@ -165,6 +165,8 @@ class Conv2D(Layer):
             pad = _pair(padding, "padding", label, 0)
         self.padding = pad
         self._padding_arg = padding
+        # set by Sequential when a ReLU follows: the ReLU is applied inside this layer's kernels
+        self.fused_relu = False
 
     def param_shapes(self) -> dict[str, Shape]:
         kh, kw = self.kernel_size
@@ -194,7 +196,8 @@ class Conv2D(Layer):
         _config.single_thread_kernel_blas()
         y = self._buf("y", out_shape)
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
-        K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding)
+        K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding,
+                         self.fused_relu)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -206,11 +209,16 @@ class Conv2D(Layer):
         oh, ow = dy.shape[2], dy.shape[3]
         dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1, 1, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
+        db_parts = self._buf("db_parts", (chunks, self.out_channels))
         dw_tmp = self._buf("dw_tmp", (chunks, self.out_channels, ckk))
+        g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
+                          else (chunks, 1, 1))
         dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-        K.conv2d_backward(dx, dw_parts, self.dbias, dcols, dw_tmp, dy, self._buffers["cols"],
-                          self.weight, *self.stride, *self.padding, _config.CHUNK, need_dx)
+        K.conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dy, self._buffers["cols"],
+                          self.weight, self._buffers["y"], *self.stride, *self.padding,
+                          _config.CHUNK, need_dx, self.fused_relu)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+        K.sum_chunks(self.dbias, db_parts)
         return dx if need_dx else None
 
     def get_config(self) -> dict[str, Any]:
@@ -274,8 +282,12 @@ class MaxPool2D(_Pool2D):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
-        K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
-                            *self.padding)
+        if self.padding == (0, 0):
+            K.maxpool2d_forward_nopad(y, argmax, np.ascontiguousarray(x), *self.kernel_size,
+                                      *self.stride)
+        else:
+            K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
+                                *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -378,7 +390,24 @@ class _Elementwise(Layer):
 
 
 class ReLU(_Elementwise):
-    """max(x, 0); the gradient passes where the output is positive."""
+    """max(x, 0); the gradient passes where the output is positive.
+
+    In a Sequential right after a Conv2D, the convolution applies it (one pass over memory fewer
+    each way) and this layer passes values and gradients through unchanged (``fused``).
+    """
+
+    fused = False
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        if self.fused:
+            self._check_input(x)
+            return x
+        return super().forward(x, training)
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        if self.fused:
+            return self._check_grad(dy, self._in_shape or ()) if need_dx else None
+        return super().backward(dy, need_dx)
 
     def _apply(self, y, x, training):
         K.relu_forward(y, x)

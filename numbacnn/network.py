@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from .kernels import cpu as K
-from .layers import Layer, Shape
+from .layers import Conv2D, Layer, ReLU, Shape
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 
@@ -41,9 +41,17 @@ class Sequential:
         self.grads = np.zeros(offset, np.float32)
         self._bind_views()
         self.reset_parameters(seed)
+        self._fuse()
         self._can_backward = False
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
+
+    def _fuse(self) -> None:
+        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through)."""
+        for layer, nxt in zip(self.layers, self.layers[1:]):
+            if isinstance(layer, Conv2D) and isinstance(nxt, ReLU):
+                layer.fused_relu = True
+                nxt.fused = True
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):

@@ -72,8 +72,9 @@ def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
 
 
 @kernel()
-def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW):
-    """out = conv(x, w) + b; cols keeps each example's im2col matrix for the backward.
+def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW, relu):
+    """out = conv(x, w) + b (then max(., 0) when relu: a fused ReLU); cols keeps each example's
+    im2col matrix for the backward.
 
     out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     """
@@ -81,40 +82,57 @@ def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW):
     Co, Ci, KH, KW = w.shape
     OH, OW = out.shape[2], out.shape[3]
     w2 = w.reshape(Co, Ci * KH * KW)
+    zero = np.float32(0.0)
     for n in prange(N):  # each example writes only out[n] and cols[n]
         im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
         o = out[n].reshape(Co, OH * OW)
         np.dot(w2, cols[n], o)
         for co in range(Co):
-            o[co] += b[co]
+            row = o[co]
+            bias = b[co]
+            if relu:
+                for j in range(row.shape[0]):
+                    v = row[j] + bias
+                    row[j] = v if v > zero else zero
+            else:
+                for j in range(row.shape[0]):
+                    row[j] += bias
 
 
 @kernel()
-def conv2d_backward(dx, dw_parts, db, dcols, dw_tmp, dout, cols, w, SH, SW, PH, PW, chunk,
-                    need_dx):
-    """Gradients of conv2d_forward. dw_parts[c] is chunk c's weight gradient (reduce with sum_chunks).
+def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
+                    chunk, need_dx, relu):
+    """Gradients of conv2d_forward; chunk c writes dw_parts[c] and db_parts[c] (reduce them with
+    sum_chunks). With relu, dout is first masked where the forward output y was not positive.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts, dw_tmp: (n_chunks, Co, Ci*KH*KW);
-    db: (Co,); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace; dout: (N, Co, OH, OW);
-    cols: the forward's im2col cache.
+    db_parts: (n_chunks, Co); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace;
+    g_tmp: (n_chunks, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's cache.
     """
     N = dout.shape[0]
     Co, Ci, KH, KW = w.shape
     OHW = dout.shape[2] * dout.shape[3]
     w2t = w.reshape(Co, Ci * KH * KW).T
-    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own dw_parts[c], dcols[c], dx[n]
+    zero = np.float32(0.0)
+    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts, workspaces and dx[n]
         acc = dw_parts[c]
-        acc[:] = np.float32(0.0)
+        acc[:] = zero
+        dbc = db_parts[c]
+        dbc[:] = zero
         tmp = dw_tmp[c]
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
             g = dout[n].reshape(Co, OHW)
+            if relu:
+                gm = g_tmp[c]
+                yn = y[n].reshape(Co, OHW)
+                for co in range(Co):
+                    for j in range(OHW):
+                        gm[co, j] = g[co, j] if yn[co, j] > zero else zero
+                g = gm
+            for co in range(Co):
+                dbc[co] += g[co].sum()
             np.dot(g, cols[n].T, tmp)
             acc += tmp
             if need_dx:
                 np.dot(w2t, g, dcols[c])
                 col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)
-    for co in prange(Co):  # bias gradient: one channel per iteration, examples in order
-        s = np.float32(0.0)
-        for n in range(N):
-            s += dout[n, co].sum()
-        db[co] = s

@@ -9,6 +9,28 @@ from numba import prange
 from ..._config import kernel
 
 
+@kernel(parallel=False, fastmath=False)
+def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
+    H, W = xp.shape
+    OH, OW = o.shape
+    for oy in range(OH):
+        y_lo = max(oy * SH - PH, 0)
+        y_hi = min(oy * SH - PH + KH, H)
+        for ox in range(OW):
+            x_lo = max(ox * SW - PW, 0)
+            x_hi = min(ox * SW - PW + KW, W)
+            best = xp[y_lo, x_lo]
+            best_i = y_lo * W + x_lo
+            for iy in range(y_lo, y_hi):
+                for ix in range(x_lo, x_hi):
+                    v = xp[iy, ix]
+                    if best == best and (v > best or v != v):
+                        best = v
+                        best_i = iy * W + ix
+            o[oy, ox] = best
+            a[oy, ox] = best_i
+
+
 @kernel(fastmath=False)
 def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     """out[n, c, oy, ox] = max of the window; argmax holds its flat index iy*W + ix in the plane.
@@ -16,28 +38,60 @@ def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     Ties go to the first maximum in row-major window order; padding never wins; the first NaN wins.
     out, argmax: (N, C, OH, OW); x: (N, C, H, W).
     """
-    N, C, H, W = x.shape
-    OH, OW = out.shape[2], out.shape[3]
+    N, C = x.shape[0], x.shape[1]
     for p in prange(N * C):  # one plane per iteration
         n = p // C
         c = p % C
-        xp = x[n, c]
-        for oy in range(OH):
-            y_lo = max(oy * SH - PH, 0)
-            y_hi = min(oy * SH - PH + KH, H)
+        _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, PH, PW)
+
+
+@kernel(parallel=False, fastmath=False)
+def _maxpool_plane_nopad(o, a, xp, KH, KW, SH, SW):
+    """One plane without padding using plain '>' (selects, no NaN logic); returns whether any
+    input was NaN, in which case the caller redoes the plane with the NaN-aware loop.
+
+    Windows are scanned row by row for a whole output row at once, so the inner loop runs along
+    contiguous memory; the visiting order per window is still row-major (first maximum wins).
+    """
+    W = xp.shape[1]
+    OH, OW = o.shape
+    nan = False
+    for oy in range(OH):
+        y0 = oy * SH
+        orow = o[oy]
+        arow = a[oy]
+        first = xp[y0]
+        for ox in range(OW):
+            orow[ox] = first[ox * SW]
+            arow[ox] = y0 * W + ox * SW
+        for ky in range(KH):
+            row = xp[y0 + ky]
+            base = (y0 + ky) * W
             for ox in range(OW):
-                x_lo = max(ox * SW - PW, 0)
-                x_hi = min(ox * SW - PW + KW, W)
-                best = xp[y_lo, x_lo]
-                best_i = y_lo * W + x_lo
-                for iy in range(y_lo, y_hi):
-                    for ix in range(x_lo, x_hi):
-                        v = xp[iy, ix]
-                        if best == best and (v > best or v != v):
-                            best = v
-                            best_i = iy * W + ix
-                out[n, c, oy, ox] = best
-                argmax[n, c, oy, ox] = best_i
+                x0 = ox * SW
+                best = orow[ox]
+                best_i = arow[ox]
+                for kx in range(KW):
+                    v = row[x0 + kx]
+                    nan |= v != v
+                    better = v > best
+                    best = v if better else best
+                    best_i = base + x0 + kx if better else best_i
+                orow[ox] = best
+                arow[ox] = best_i
+    return nan
+
+
+@kernel(fastmath=False)
+def maxpool2d_forward_nopad(out, argmax, x, KH, KW, SH, SW):
+    """maxpool2d_forward without padding: every window lies inside the plane, so the loops need no
+    bounds and, unless the plane holds a NaN, no NaN logic. Same tie and NaN rules."""
+    N, C, H, W = x.shape
+    for p in prange(N * C):  # one plane per iteration
+        n = p // C
+        c = p % C
+        if _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW):
+            _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, 0, 0)
 
 
 @kernel(fastmath=False)

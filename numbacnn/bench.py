@@ -1,0 +1,301 @@
+"""Throughput benchmark: ``python -m numbacnn.bench``.
+
+Trains and runs inference on lenet5 and mnistcnn (28x28x1 inputs, 10 classes) for several batch sizes
+and thread counts, and prints images/second, achieved GFLOP/s, the fraction of the float32 matmul
+peak measured in the same run, and -- when PyTorch is importable -- PyTorch's numbers measured in
+interleaved blocks (ours, theirs, ours, ...) with the median ratio. Also reports the JIT compile time
+from an empty cache, the warm-cache time to the first step, and peak training memory.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+NETS = {"lenet5": "lenet5", "mnistcnn": "mnistcnn"}
+SHAPE = (1, 28, 28)
+N_CLASSES = 10
+
+
+# --- FLOP counting -----------------------------------------------------------------------------
+def flops_per_image(net) -> tuple[int, int]:
+    """(forward, training) multiply-add FLOPs (x2) per image of the conv and dense layers.
+
+    Training counts forward + weight gradient + input gradient (3x forward), minus the input
+    gradient of the first layer, which training does not compute.
+    """
+    from .layers import Conv2D, Dense
+
+    shape = tuple(net.input_shape)
+    fwd, first = 0, None
+    for layer in net.layers:
+        out = layer.output_shape(shape)
+        f = 0
+        if isinstance(layer, Conv2D):
+            f = 2 * layer.out_channels * layer.in_channels * layer.kernel_size[0] * \
+                layer.kernel_size[1] * out[1] * out[2]
+        elif isinstance(layer, Dense):
+            f = 2 * layer.in_features * layer.out_features
+        if f and first is None:
+            first = f
+        fwd += f
+        shape = out
+    return fwd, 3 * fwd - (first or 0)
+
+
+# --- timing helpers ----------------------------------------------------------------------------
+def _time_block(fn, min_seconds: float) -> float:
+    """Run fn repeatedly for at least min_seconds; return calls per second."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_seconds:
+            return n / dt
+
+
+def matmul_peak(threads: int, n: int = 2048, repeats: int = 3) -> float:
+    """numpy float32 matmul GFLOP/s on n x n matrices with ``threads`` BLAS threads."""
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    best = 0.0
+    with threadpool_limits(threads, user_api="blas"):
+        a @ b
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+class _Ours:
+    def __init__(self, net_name: str, batch: int) -> None:
+        import numbacnn as nc
+
+        self.net = nc.build_network(NETS[net_name], SHAPE, N_CLASSES, seed=0)
+        self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
+        rng = np.random.default_rng(0)
+        self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
+        self.y = rng.integers(0, N_CLASSES, batch)
+        self.nc = nc
+
+    def train_step(self) -> None:
+        logits = self.net.forward(self.x, training=True)
+        _, d = self.nc.softmax_cross_entropy(logits, self.y)
+        self.net.backward(d, need_input_grad=False)
+        self.opt.step()
+
+    def infer(self) -> None:
+        self.net.forward(self.x, training=False)
+
+
+class _Torch:
+    def __init__(self, net_name: str, batch: int, state: dict[str, np.ndarray]) -> None:
+        import torch
+
+        self.torch = torch
+        nn = torch.nn
+        if net_name == "lenet5":
+            layers = [nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120), nn.ReLU(), nn.Linear(120, 10)]
+        else:
+            layers = [nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10)]
+        self.net = nn.Sequential(*layers)
+        self.net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)
+        rng = np.random.default_rng(0)
+        self.x = torch.from_numpy(rng.random((batch,) + SHAPE, dtype=np.float32))
+        self.y = torch.from_numpy(rng.integers(0, N_CLASSES, batch))
+
+    def train_step(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.torch.nn.functional.cross_entropy(self.net(self.x), self.y)
+        loss.backward()
+        self.opt.step()
+
+    def infer(self) -> None:
+        with self.torch.inference_mode():
+            self.net(self.x)
+
+
+def _set_threads(n: int, torch_mod=None) -> None:
+    from . import _config
+
+    _config.set_num_threads(n)
+    if torch_mod is not None:
+        torch_mod.set_num_threads(n)
+
+
+def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: float,
+                 use_torch: bool) -> dict[str, Any]:
+    """Interleaved timing of one (net, batch, threads) configuration."""
+    ours = _Ours(net_name, batch)
+    theirs = _Torch(net_name, batch, ours.net.state_dict()) if use_torch else None
+    _set_threads(threads, theirs.torch if theirs else None)
+    fwd, train = flops_per_image(ours.net)
+    res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads,
+                           "flops_forward_per_image": fwd, "flops_train_per_image": train}
+    for mode in ("train", "infer"):
+        fns = [getattr(ours, "train_step" if mode == "train" else "infer")]
+        if theirs:
+            fns.append(getattr(theirs, "train_step" if mode == "train" else "infer"))
+        for f in fns:  # warm up (compiles, allocates)
+            f()
+            f()
+        samples: list[list[float]] = [[] for _ in fns]
+        for _ in range(rounds):
+            for i, f in enumerate(fns):
+                time.sleep(0.05)  # let the other side's spinning threads go idle
+                samples[i].append(_time_block(f, block) * batch)
+        ours_ips = statistics.median(samples[0])
+        res[f"{mode}_img_s"] = ours_ips
+        res[f"{mode}_gflops"] = ours_ips * (train if mode == "train" else fwd) / 1e9
+        if theirs:
+            res[f"torch_{mode}_img_s"] = statistics.median(samples[1])
+            res[f"{mode}_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[1]))
+    return res
+
+
+# --- compile time, warm start and memory (each in a fresh process) -----------------------------
+_CHILD = r"""
+import os, sys, time, resource
+t0 = time.perf_counter()
+import numpy as np
+kind, net_name, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def rss_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+if kind == "ours":
+    import numbacnn as nc
+    from numbacnn.bench import _Ours
+    m = _Ours(net_name, batch)
+else:
+    import numbacnn as nc, torch
+    from numbacnn.bench import _Torch, _Ours
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    m = _Torch(net_name, batch, nc.build_network(net_name, (1, 28, 28), 10, seed=0).state_dict())
+base = rss_kb()
+t1 = time.perf_counter()
+m.train_step()
+t2 = time.perf_counter()
+for _ in range(steps):
+    m.train_step()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(f"{t1 - t0} {t2 - t1} {base} {peak}")
+"""
+
+
+def _child(kind: str, net: str, batch: int, steps: int, env: dict[str, str]) -> list[float]:
+    out = subprocess.run([sys.executable, "-c", _CHILD, kind, net, str(batch), str(steps)],
+                         capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return [float(v) for v in out.stdout.split()]
+
+
+def startup_and_memory(net: str, batch: int, threads: int, use_torch: bool) -> dict[str, Any]:
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
+    res: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env["NUMBA_CACHE_DIR"] = cache
+        imp, first, _, _ = _child("ours", net, batch, 0, env)
+        res["cold_compile_to_first_step_s"] = imp + first
+        imp, first, base, peak = _child("ours", net, batch, 20, env)
+        res["warm_start_to_first_step_s"] = imp + first
+        res["peak_train_memory_mb"] = (peak - base) / 1024
+    if use_torch:
+        _, _, base, peak = _child("torch", net, batch, 20, env)
+        res["torch_peak_train_memory_mb"] = (peak - base) / 1024
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m numbacnn.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--nets", default="lenet5,mnistcnn")
+    p.add_argument("--batches", default="32,64,128,256")
+    p.add_argument("--threads", default=None, help="comma list (default 1..all cores)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timed blocks per side")
+    p.add_argument("--block", type=float, default=0.3, help="seconds per timed block")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
+    p.add_argument("--no-startup", action="store_true", help="skip compile-time/memory runs")
+    p.add_argument("--json", metavar="FILE", help="write all results as JSON")
+    args = p.parse_args(argv)
+
+    import numba
+
+    from . import _config
+
+    max_threads = numba.config.NUMBA_NUM_THREADS
+    threads = [int(t) for t in args.threads.split(",")] if args.threads else \
+        list(range(1, max_threads + 1))
+    use_torch = False
+    if not args.no_torch:
+        try:
+            import torch  # noqa: F401
+            use_torch = True
+        except ImportError:
+            print("PyTorch not importable: numbacnn numbers only")
+    nets = args.nets.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    peaks = {t: matmul_peak(t) for t in threads}
+    print("float32 matmul peak (numpy, 2048^3): " +
+          ", ".join(f"{t} thr {g:.0f} GFLOP/s" for t, g in peaks.items()))
+    for net in nets:
+        from .arch import build_network
+        fwd, train = flops_per_image(build_network(net, SHAPE, N_CLASSES, seed=0))
+        print(f"{net}: {fwd / 1e6:.2f} MFLOP/image forward, {train / 1e6:.2f} MFLOP/image training")
+    results = []
+    head = f"{'net':9} {'batch':>5} {'thr':>3} | {'train img/s':>11} {'GFLOP/s':>7} {'%peak':>5}"
+    head += f" | {'infer img/s':>11} {'GFLOP/s':>7}"
+    if use_torch:
+        head += f" | {'torch train':>11} {'ratio':>5} | {'torch infer':>11} {'ratio':>5}"
+    print(head)
+    for net in nets:
+        for b in batches:
+            for t in threads:
+                r = bench_config(net, b, t, args.rounds, args.block, use_torch)
+                r["matmul_peak_gflops"] = peaks[t]
+                r["train_fraction_of_peak"] = r["train_gflops"] / peaks[t]
+                results.append(r)
+                line = (f"{net:9} {b:5d} {t:3d} | {r['train_img_s']:11.0f} {r['train_gflops']:7.1f} "
+                        f"{100 * r['train_fraction_of_peak']:5.1f} | {r['infer_img_s']:11.0f} "
+                        f"{r['infer_gflops']:7.1f}")
+                if use_torch:
+                    line += (f" | {r['torch_train_img_s']:11.0f} {r['train_ratio']:5.2f} | "
+                             f"{r['torch_infer_img_s']:11.0f} {r['infer_ratio']:5.2f}")
+                print(line, flush=True)
+    _config.set_num_threads(None)
+    startup = {}
+    if not args.no_startup:
+        for net in nets:
+            startup[net] = startup_and_memory(net, 128, max_threads, use_torch)
+            s = startup[net]
+            line = (f"{net}: cold compile to first step {s['cold_compile_to_first_step_s']:.1f} s, "
+                    f"warm start {s['warm_start_to_first_step_s']:.2f} s, peak training memory "
+                    f"(batch 128) {s['peak_train_memory_mb']:.0f} MB")
+            if use_torch:
+                line += f" (PyTorch {s['torch_peak_train_memory_mb']:.0f} MB)"
+            print(line, flush=True)
+    if args.json:
+        import platform
+        with open(args.json, "w") as f:
+            json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                       "matmul_peak_gflops": peaks, "results": results, "startup": startup}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
