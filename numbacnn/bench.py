@@ -187,10 +187,10 @@ else:
     from numbacnn.bench import _Torch, _Ours
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     m = _Torch(net_name, batch, nc.build_network(net_name, (1, 28, 28), 10, seed=0).state_dict())
-base = rss_kb()
 t1 = time.perf_counter()
 m.train_step()
 t2 = time.perf_counter()
+base = rss_kb()  # libraries and compiled code are loaded by now
 for _ in range(steps):
     m.train_step()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -215,10 +215,12 @@ def startup_and_memory(net: str, batch: int, threads: int, use_torch: bool) -> d
         res["cold_compile_to_first_step_s"] = imp + first
         imp, first, base, peak = _child("ours", net, batch, 20, env)
         res["warm_start_to_first_step_s"] = imp + first
-        res["peak_train_memory_mb"] = (peak - base) / 1024
+        res["peak_rss_mb"] = peak / 1024
+        res["rss_after_first_step_mb"] = base / 1024
     if use_torch:
         _, _, base, peak = _child("torch", net, batch, 20, env)
-        res["torch_peak_train_memory_mb"] = (peak - base) / 1024
+        res["torch_peak_rss_mb"] = peak / 1024
+        res["torch_rss_after_first_step_mb"] = base / 1024
     return res
 
 
@@ -284,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
             startup[net] = startup_and_memory(net, 128, max_threads, use_torch)
             s = startup[net]
             line = (f"{net}: cold compile to first step {s['cold_compile_to_first_step_s']:.1f} s, "
-                    f"warm start {s['warm_start_to_first_step_s']:.2f} s, peak training memory "
-                    f"(batch 128) {s['peak_train_memory_mb']:.0f} MB")
+                    f"warm start {s['warm_start_to_first_step_s']:.2f} s; batch 128 training peak "
+                    f"RSS {s['peak_rss_mb']:.0f} MB ({s['rss_after_first_step_mb']:.0f} MB after "
+                    f"the first step)")
             if use_torch:
-                line += f" (PyTorch {s['torch_peak_train_memory_mb']:.0f} MB)"
+                line += (f"; PyTorch {s['torch_peak_rss_mb']:.0f} MB "
+                         f"({s['torch_rss_after_first_step_mb']:.0f} MB)")
             print(line, flush=True)
     if args.json:
         import platform
