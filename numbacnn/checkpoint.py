@@ -93,8 +93,9 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
     if optimizer is not None:
         info["optimizer"] = {"name": optimizer.name, "hyperparameters": optimizer.hyperparameters(),
                              "step": optimizer.step_count}
-        for k, v in optimizer.state.items():
-            arrays[f"opt/{k}"] = v
+        for k, v in optimizer.state_dict().items():
+            if k != "step":
+                arrays[f"opt/{k}"] = v  # host copies, also for a GPU optimizer
     info.update(meta)
     meta_bytes = json.dumps(info, sort_keys=True).encode()
     arrays["__meta__"] = np.frombuffer(meta_bytes, np.uint8)

@@ -163,13 +163,13 @@ def run(argv: list[str] | None = None) -> int:
     n_classes = ds.n_classes
 
     if resume:
-        net = resume.net
+        net = resume.net.to(args.device)
         _check_shapes(net, ds, args.resume)
         opt_info = resume.optimizer or {}
         opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
         opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
     else:
-        net = build_network(arch, ds.input_shape, n_classes, seed=seed)
+        net = build_network(arch, ds.input_shape, n_classes, seed=seed).to(args.device)
         default_lr = recipe["adam_lr"] if opt_name == "adam" else DEFAULT_LR[opt_name]
         kwargs: dict[str, Any] = {"lr": args.lr or default_lr,
                                   "weight_decay": args.weight_decay}

@@ -152,6 +152,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):
     def _init_model(self, shape, n_classes: int, rng: np.random.Generator) -> None:
         seed = int(rng.integers(2**31))
         self.net_ = build_network(self.architecture, shape, n_classes, seed=seed, adapt=True)
+        self.net_.to(self.device)
         kwargs: dict[str, Any] = {"lr": self.learning_rate}
         if self.optimizer == "sgd":
             kwargs["momentum"] = self.momentum

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _config
 from .kernels import cpu as K
+from .kernels import kernels_for
 
 Shape = tuple[int, ...]
 
@@ -26,6 +27,14 @@ def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
         if isinstance(u, bool) or not isinstance(u, (int, np.integer)) or u < minimum:
             raise ValueError(f"{layer}: {what} must be an integer >= {minimum} (or a pair), got {v!r}")
     return int(a), int(b)
+
+
+def _to_device(a):
+    """A float32 device array for a or a host array (copied once)."""
+    from numba import cuda
+    if isinstance(a, np.ndarray):
+        return cuda.to_device(np.ascontiguousarray(a, dtype=np.float32))
+    return a
 
 
 def _compact(pair: tuple[int, int]) -> int | tuple[int, int]:
@@ -43,6 +52,7 @@ class Layer:
 
     param_names: tuple[str, ...] = ()
     name: str = ""  # set by Sequential to "layer i (Repr)"
+    device: str = "cpu"  # set by Sequential.to(); "cuda" runs kernels.cuda on device arrays
 
     def __init__(self) -> None:
         self._buffers: dict[str, np.ndarray] = {}
@@ -78,7 +88,9 @@ class Layer:
         return self.name or repr(self)
 
     def _check_input(self, x: np.ndarray) -> Shape:
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        if self.device == "cuda" and not isinstance(x, np.ndarray) and hasattr(x, "copy_to_host"):
+            pass  # a device array
+        elif not isinstance(x, np.ndarray) or x.dtype != np.float32:
             raise ValueError(f"{self._label()}: expected a float32 ndarray, got "
                              f"{type(x).__name__} of dtype {getattr(x, 'dtype', None)}")
         if x.shape[0] < 1:
@@ -90,17 +102,29 @@ class Layer:
     def _check_grad(self, dy: np.ndarray, expected: Shape) -> np.ndarray:
         if self._in_shape is None:
             raise RuntimeError(f"{self._label()}: backward called before forward")
-        if not isinstance(dy, np.ndarray) or dy.shape != expected:
+        if getattr(dy, "shape", None) != expected:
             raise ValueError(f"{self._label()}: expected an output gradient of shape {expected}, "
                              f"got {getattr(dy, 'shape', type(dy).__name__)}")
+        if self.device == "cuda":
+            return _to_device(dy)
+        if not isinstance(dy, np.ndarray):
+            raise ValueError(f"{self._label()}: expected a numpy array, got {type(dy).__name__}")
         return np.ascontiguousarray(dy, dtype=np.float32)
 
     def _buf(self, key: str, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
         b = self._buffers.get(key)
-        if b is None or b.shape != shape or b.dtype != dtype:
-            b = np.empty(shape, dtype)
+        if b is None or b.shape != tuple(shape) or b.dtype != dtype:
+            if self.device == "cuda":
+                from numba import cuda
+                b = cuda.device_array(shape, dtype)
+            else:
+                b = np.empty(shape, dtype)
             self._buffers[key] = b
         return b
+
+    @property
+    def _K(self):
+        return kernels_for(self.device)
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         raise NotImplementedError
@@ -190,6 +214,12 @@ class Conv2D(Layer):
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
+        if self.device == "cuda":
+            y = self._buf("y", out_shape)
+            self._x = x  # the GPU backward reads the input directly (no im2col cache)
+            self._K.conv2d_forward(y, x, self.weight, self.bias, *self.stride, *self.padding,
+                                   self.fused_relu)
+            return y
         x = np.ascontiguousarray(x)
         n, _, oh, ow = out_shape
         kh, kw = self.kernel_size
@@ -203,6 +233,12 @@ class Conv2D(Layer):
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        if self.device == "cuda":
+            dx = self._buf("dx", self._in_shape) if need_dx else None
+            self._K.conv2d_backward(dx, self.dweight, self.dbias, self._buf("g", dy.shape), dy,
+                                    self._x, self.weight, self._buffers["y"], *self.stride,
+                                    *self.padding, need_dx, self.fused_relu)
+            return dx
         kh, kw = self.kernel_size
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
@@ -282,7 +318,9 @@ class MaxPool2D(_Pool2D):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
-        if self.padding == (0, 0):
+        if self.device == "cuda":
+            self._K.maxpool2d_forward(y, argmax, x, *self.kernel_size, *self.stride, *self.padding)
+        elif self.padding == (0, 0):
             K.maxpool2d_forward_nopad(y, argmax, np.ascontiguousarray(x), *self.kernel_size,
                                       *self.stride)
         else:
@@ -295,7 +333,11 @@ class MaxPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._in_shape)
-        K.maxpool2d_backward(dx, dy, self._buffers["argmax"])
+        if self.device == "cuda":
+            self._K.maxpool2d_backward(dx, dy, self._buffers["argmax"], *self.kernel_size,
+                                       *self.stride, *self.padding)
+        else:
+            K.maxpool2d_backward(dx, dy, self._buffers["argmax"])
         return dx
 
 
@@ -305,8 +347,9 @@ class AvgPool2D(_Pool2D):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        K.avgpool2d_forward(y, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
-                            *self.padding)
+        if self.device != "cuda":
+            x = np.ascontiguousarray(x)
+        self._K.avgpool2d_forward(y, x, *self.kernel_size, *self.stride, *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -314,7 +357,7 @@ class AvgPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._in_shape)
-        K.avgpool2d_backward(dx, dy, *self.kernel_size, *self.stride, *self.padding)
+        self._K.avgpool2d_backward(dx, dy, *self.kernel_size, *self.stride, *self.padding)
         return dx
 
 
@@ -344,15 +387,23 @@ class Dense(Layer):
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
+        y = self._buf("y", out_shape)
+        if self.device == "cuda":
+            self._x = x
+            self._K.dense_forward(y, x, self.weight, self.bias)
+            return y
         _config.single_thread_kernel_blas()
         self._x = np.ascontiguousarray(x)
-        y = self._buf("y", out_shape)
         K.dense_forward(y, self._x, self.weight, self.bias, _config.CHUNK)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n, self.out_features))
+        if self.device == "cuda":
+            dx = self._buf("dx", self._in_shape) if need_dx else None
+            self._K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
+            return dx
         chunks = -(-n // _config.CHUNK)
         dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_features, self.in_features))
@@ -371,7 +422,9 @@ class _Elementwise(Layer):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        self._apply(y.reshape(-1), np.ascontiguousarray(x).reshape(-1), training)
+        if self.device != "cuda":
+            x = np.ascontiguousarray(x)
+        self._apply(y.reshape(-1), x.reshape(-1), training)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -410,20 +463,20 @@ class ReLU(_Elementwise):
         return super().backward(dy, need_dx)
 
     def _apply(self, y, x, training):
-        K.relu_forward(y, x)
+        self._K.relu_forward(y, x)
 
     def _apply_backward(self, dx, dy):
-        K.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self._K.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
 
 
 class Tanh(_Elementwise):
     """Hyperbolic tangent."""
 
     def _apply(self, y, x, training):
-        K.tanh_forward(y, x)
+        self._K.tanh_forward(y, x)
 
     def _apply_backward(self, dx, dy):
-        K.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self._K.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
 
 
 class Dropout(_Elementwise):
@@ -443,16 +496,19 @@ class Dropout(_Elementwise):
         self.rng = np.random.default_rng(rng.integers(2**63))
 
     def _apply(self, y, x, training):
-        mask = self._buf("mask", x.shape)
+        mask = np.empty(x.shape, np.float32)  # drawn on the host in both devices: same masks
         if training and self.p > 0.0:
             keep = self.rng.random(x.shape[0], dtype=np.float32) >= self.p
             np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
         else:
             mask[:] = 1.0
-        K.dropout_forward(y, x, mask)
+        if self.device == "cuda":
+            mask = _to_device(mask)
+        self._buffers["mask"] = mask
+        self._K.dropout_forward(y, x, mask)
 
     def _apply_backward(self, dx, dy):
-        K.dropout_backward(dx, dy, self._buffers["mask"])
+        self._K.dropout_backward(dx, dy, self._buffers["mask"])
 
     def get_config(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -469,6 +525,8 @@ class Flatten(Layer):
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
+        if self.device == "cuda":
+            return x.reshape(out_shape)
         return np.ascontiguousarray(x).reshape(out_shape)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:

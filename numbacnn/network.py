@@ -21,7 +21,8 @@ class Sequential:
         Seeds the parameter initialisation (PyTorch's Kaiming-uniform) and the dropout masks.
     """
 
-    def __init__(self, layers: Iterable[Layer], seed: int | np.random.Generator | None = None) -> None:
+    def __init__(self, layers: Iterable[Layer], seed: int | np.random.Generator | None = None,
+                 device: str = "cpu") -> None:
         self.layers: list[Layer] = list(layers)
         if not self.layers:
             raise ValueError("Sequential needs at least one layer")
@@ -45,6 +46,31 @@ class Sequential:
         self._can_backward = False
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
+        self.device = "cpu"
+        if device != "cpu":
+            self.to(device)
+
+    def to(self, device: str) -> "Sequential":
+        """Move parameters, gradients and all layer work to "cpu" or "cuda" (in place)."""
+        from .device import check_device
+
+        check_device(device)
+        if device == self.device:
+            return self
+        if device == "cuda":
+            from numba import cuda
+            self.params = cuda.to_device(self.params)
+            self.grads = cuda.to_device(self.grads)
+        else:
+            self.params = self.params.copy_to_host()
+            self.grads = self.grads.copy_to_host()
+        self.device = device
+        for layer in self.layers:
+            layer.device = device
+            layer._buffers = {}
+        self._bind_views()
+        self._can_backward = False
+        return self
 
     def _fuse(self) -> None:
         """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through)."""
@@ -58,6 +84,11 @@ class Sequential:
             views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
             layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
                        {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
+
+    def __getstate__(self) -> dict:
+        if self.device != "cpu":
+            raise TypeError("move the network to the CPU (net.to('cpu')) before pickling it")
+        return self.__dict__.copy()
 
     def __setstate__(self, state: dict) -> None:
         # pickling turns the layers' views into copies: point them back at the flat buffers
@@ -82,6 +113,9 @@ class Sequential:
             shape = layer.output_shape(shape)
         return shape
 
+    def _to_host(self, a):
+        return a if isinstance(a, np.ndarray) else a.copy_to_host()
+
     def _check_x(self, x: np.ndarray) -> np.ndarray:
         if not isinstance(x, np.ndarray):
             raise ValueError(f"input must be a numpy array, got {type(x).__name__}")
@@ -99,19 +133,24 @@ class Sequential:
         ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory.
         """
         x = self._check_x(x)
+        if self.device == "cuda":
+            from .layers import _to_device
+        else:
+            def _to_device(a):
+                return a
         if training:
-            h = x
+            h = _to_device(x)  # the batch is copied to the device once
             for layer in self.layers:
                 h = layer.forward(h, training=True)
             self._can_backward = True
-            return h.copy()
+            return self._to_host(h).copy()
         self._can_backward = False
         parts = []
         for lo in range(0, x.shape[0], EVAL_BATCH):
-            h = x[lo:lo + EVAL_BATCH]
+            h = _to_device(x[lo:lo + EVAL_BATCH])
             for layer in self.layers:
                 h = layer.forward(h, training=False)
-            parts.append(h.copy())
+            parts.append(self._to_host(h).copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     __call__ = forward
@@ -126,13 +165,13 @@ class Sequential:
         g = dout
         for i in range(len(self.layers) - 1, -1, -1):
             g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
-        return None if g is None else g.copy()
+        return None if g is None else self._to_host(g).copy()
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Softmax of the logits, (N, n_classes)."""
         logits = self.forward(x, training=False)
         out = np.empty_like(logits)
-        K.softmax(out, logits)
+        K.softmax(out, logits)  # logits are on the host whatever the device
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -145,11 +184,11 @@ class Sequential:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameters, named and shaped as in ``torch.nn.Sequential``."""
-        return {k: v.copy() for k, v in self._views(self.params).items()}
+        return {k: np.array(self._to_host(v)) for k, v in self._views(self.params).items()}
 
     def grad_dict(self) -> dict[str, np.ndarray]:
         """Copies of the last backward's parameter gradients, same names as ``state_dict``."""
-        return {k: v.copy() for k, v in self._views(self.grads).items()}
+        return {k: np.array(self._to_host(v)) for k, v in self._views(self.grads).items()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Copy parameters in; every key must be present with the right shape (nothing is changed
@@ -170,7 +209,10 @@ class Sequential:
                 raise ValueError(f"state dict entry {key!r} has dtype {a.dtype}, expected float32")
             arrays[key] = a
         for key, a in arrays.items():
-            views[key][...] = a
+            if self.device == "cuda":
+                views[key].copy_to_device(np.ascontiguousarray(a, dtype=np.float32))
+            else:
+                views[key][...] = a
 
     def __repr__(self) -> str:
         inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import cpu as K
+from .kernels import kernels_for
 from .network import Sequential
 
 
@@ -36,10 +36,25 @@ class Optimizer:
         self.net = net
         self.lr = _check_hparam("lr", lr, 0.0, low_open=True)
         self.step_count = 0
-        self.state = {k: np.zeros_like(net.params) for k in self.state_names}
+        self.device = net.device
+        self.state = {k: self._zeros() for k in self.state_names}
+
+    @property
+    def _K(self):
+        return kernels_for(self.device)
+
+    def _zeros(self):
+        zeros = np.zeros(self.net.params.shape, np.float32)
+        if self.device == "cuda":
+            from numba import cuda
+            return cuda.to_device(zeros)
+        return zeros
 
     def step(self) -> None:
         """Apply one update from the gradients the last ``net.backward`` stored."""
+        if self.net.device != self.device:
+            raise RuntimeError(f"the network moved to {self.net.device!r} after this optimizer was "
+                               f"created on {self.device!r}: create the optimizer after net.to()")
         self.step_count += 1
         self._update()
 
@@ -51,7 +66,9 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """Step count and copies of the state arrays (for checkpoints)."""
-        return {"step": self.step_count, **{k: v.copy() for k, v in self.state.items()}}
+        return {"step": self.step_count,
+                **{k: v.copy() if isinstance(v, np.ndarray) else v.copy_to_host()
+                   for k, v in self.state.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         for k in self.state_names:
@@ -62,7 +79,10 @@ class Optimizer:
                 raise ValueError(f"{self.name} state {k!r} has shape {a.shape}, expected "
                                  f"{self.state[k].shape}")
         for k in self.state_names:
-            self.state[k][...] = d[k]
+            if self.device == "cuda":
+                self.state[k].copy_to_device(np.ascontiguousarray(d[k], dtype=np.float32))
+            else:
+                self.state[k][...] = d[k]
         self.step_count = int(d["step"])
 
     def __repr__(self) -> str:
@@ -87,7 +107,7 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0")
 
     def _update(self) -> None:
-        K.sgd_update(self.net.params, self.net.grads, self.state["momentum_buffer"], self.lr,
+        self._K.sgd_update(self.net.params, self.net.grads, self.state["momentum_buffer"], self.lr,
                      self.momentum, self.dampening, self.weight_decay, self.nesterov,
                      self.step_count == 1)
 
@@ -113,7 +133,7 @@ class RMSProp(Optimizer):
 
     def _update(self) -> None:
         s = self.state
-        K.rmsprop_update(self.net.params, self.net.grads, s["square_avg"], s["grad_avg"],
+        self._K.rmsprop_update(self.net.params, self.net.grads, s["square_avg"], s["grad_avg"],
                          s["momentum_buffer"], self.lr, self.alpha, self.eps, self.weight_decay,
                          self.momentum, self.centered)
 
@@ -139,7 +159,7 @@ class Adam(Optimizer):
         self.weight_decay = _check_hparam("weight_decay", weight_decay, 0.0)
 
     def _update(self) -> None:
-        K.adam_update(self.net.params, self.net.grads, self.state["exp_avg"], self.state["exp_avg_sq"],
+        self._K.adam_update(self.net.params, self.net.grads, self.state["exp_avg"], self.state["exp_avg_sq"],
                       self.lr, self.betas[0], self.betas[1], self.eps, self.weight_decay,
                       self.step_count)
 

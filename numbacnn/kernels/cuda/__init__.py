@@ -1,0 +1,21 @@
+"""CUDA kernels (numba.cuda) with the names and meanings of the CPU kernels.
+
+Argument order follows the CPU kernels (outputs, then inputs and parameters, then sizes), minus the
+CPU-only workspaces (im2col caches, per-chunk gradient parts): on the GPU every output element
+has its own thread that gathers what it needs, so there are no partial sums to reduce.
+Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUMBA_ENABLE_CUDASIM=1.
+"""
+from .activations import (dropout_backward, dropout_forward, relu_backward, relu_forward,
+                          tanh_backward, tanh_forward)
+from .conv2d import conv2d_backward, conv2d_forward
+from .dense import dense_backward, dense_forward
+from .loss import softmax_cross_entropy
+from .optim import adam_update, rmsprop_update, sgd_update
+from .pool import avgpool2d_backward, avgpool2d_forward, maxpool2d_backward, maxpool2d_forward
+
+__all__ = [
+    "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
+    "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
+    "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update",
+    "softmax_cross_entropy", "tanh_backward", "tanh_forward",
+]

@@ -1,0 +1,67 @@
+"""Elementwise activations and dropout on flat device arrays."""
+import math
+
+from numba import cuda
+
+from ._launch import grid
+
+
+@cuda.jit
+def _relu_forward(y, x):
+    i = cuda.grid(1)
+    if i < y.size:
+        v = x[i]
+        y[i] = 0.0 if v < 0 else v
+
+
+@cuda.jit
+def _relu_backward(dx, dy, y):
+    i = cuda.grid(1)
+    if i < dx.size:
+        dx[i] = dy[i] if y[i] > 0 else 0.0
+
+
+@cuda.jit
+def _tanh_forward(y, x):
+    i = cuda.grid(1)
+    if i < y.size:
+        y[i] = math.tanh(x[i])
+
+
+@cuda.jit
+def _tanh_backward(dx, dy, y):
+    i = cuda.grid(1)
+    if i < dx.size:
+        dx[i] = dy[i] * (1.0 - y[i] * y[i])
+
+
+@cuda.jit
+def _mul(out, a, mask):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] * mask[i]
+
+
+def relu_forward(y, x):
+    _relu_forward[grid(y.size)](y, x)
+
+
+def relu_backward(dx, dy, y):
+    _relu_backward[grid(dx.size)](dx, dy, y)
+
+
+def tanh_forward(y, x):
+    _tanh_forward[grid(y.size)](y, x)
+
+
+def tanh_backward(dx, dy, y):
+    _tanh_backward[grid(dx.size)](dx, dy, y)
+
+
+def dropout_forward(y, x, mask):
+    """y = x * mask; the mask (0 or 1/(1-p)) is drawn on the host and copied, like the CPU path."""
+    _mul[grid(y.size)](y, x, mask)
+
+
+def dropout_backward(dx, dy, mask):
+    _mul[grid(dx.size)](dx, dy, mask)

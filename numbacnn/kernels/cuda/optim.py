@@ -1,0 +1,69 @@
+"""Optimizer updates on flat device arrays, one thread per parameter (torch.optim formulas)."""
+import math
+
+from numba import cuda
+
+from ._launch import grid
+
+
+@cuda.jit
+def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    i = cuda.grid(1)
+    if i >= p.size:
+        return
+    d = g[i] + weight_decay * p[i]
+    if momentum != 0.0:
+        b = d if first_step else momentum * buf[i] + (1.0 - dampening) * d
+        buf[i] = b
+        d = d + momentum * b if nesterov else b
+    p[i] -= lr * d
+
+
+@cuda.jit
+def _rmsprop(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered):
+    i = cuda.grid(1)
+    if i >= p.size:
+        return
+    d = g[i] + weight_decay * p[i]
+    sq = alpha * square_avg[i] + (1.0 - alpha) * d * d
+    square_avg[i] = sq
+    if centered:
+        ga = alpha * grad_avg[i] + (1.0 - alpha) * d
+        grad_avg[i] = ga
+        avg = math.sqrt(sq - ga * ga) + eps
+    else:
+        avg = math.sqrt(sq) + eps
+    if momentum > 0.0:
+        b = momentum * buf[i] + d / avg
+        buf[i] = b
+        p[i] -= lr * b
+    else:
+        p[i] -= lr * d / avg
+
+
+@cuda.jit
+def _adam(p, g, m, v, step_size, beta1, beta2, eps, weight_decay, inv_bc2_sqrt):
+    i = cuda.grid(1)
+    if i >= p.size:
+        return
+    d = g[i] + weight_decay * p[i]
+    mi = beta1 * m[i] + (1.0 - beta1) * d
+    vi = beta2 * v[i] + (1.0 - beta2) * d * d
+    m[i] = mi
+    v[i] = vi
+    p[i] -= step_size * mi / (math.sqrt(vi) * inv_bc2_sqrt + eps)
+
+
+def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    _sgd[grid(p.size)](p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
+
+
+def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered):
+    _rmsprop[grid(p.size)](p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
+                           centered)
+
+
+def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+    bc1 = 1.0 - beta1 ** step
+    bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
+    _adam[grid(p.size)](p, g, m, v, lr / bc1, beta1, beta2, eps, weight_decay, 1.0 / bc2_sqrt)

@@ -1,0 +1,119 @@
+"""Max pooling (argmax cache) and average pooling on the GPU, one thread per element.
+
+The backward is a gather: each input element sums the gradients of the outputs whose window
+contains it (max pooling: only those whose cached argmax is this element), so overlapping
+windows accumulate without races or atomics. Same tie, padding and NaN rules as the CPU kernels.
+"""
+
+from numba import cuda
+
+from ._launch import grid
+
+
+@cuda.jit
+def _max_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
+    N, C, OH, OW = out.shape
+    H, W = x.shape[2], x.shape[3]
+    t = cuda.grid(1)
+    if t >= N * C * OH * OW:
+        return
+    ox = t % OW
+    oy = (t // OW) % OH
+    c = (t // (OW * OH)) % C
+    n = t // (OW * OH * C)
+    y_lo = max(oy * SH - PH, 0)
+    y_hi = min(oy * SH - PH + KH, H)
+    x_lo = max(ox * SW - PW, 0)
+    x_hi = min(ox * SW - PW + KW, W)
+    best = x[n, c, y_lo, x_lo]
+    best_i = y_lo * W + x_lo
+    for iy in range(y_lo, y_hi):
+        for ix in range(x_lo, x_hi):
+            v = x[n, c, iy, ix]
+            if best == best and (v > best or v != v):
+                best = v
+                best_i = iy * W + ix
+    out[n, c, oy, ox] = best
+    argmax[n, c, oy, ox] = best_i
+
+
+@cuda.jit
+def _max_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
+    N, C, H, W = dx.shape
+    OH, OW = dout.shape[2], dout.shape[3]
+    t = cuda.grid(1)
+    if t >= N * C * H * W:
+        return
+    ix = t % W
+    iy = (t // W) % H
+    c = (t // (W * H)) % C
+    n = t // (W * H * C)
+    me = iy * W + ix
+    # outputs whose window [o*S - P, o*S - P + K) contains this input
+    oy_lo = max(0, (iy + PH - KH) // SH + 1) if iy + PH - KH >= 0 else 0
+    ox_lo = max(0, (ix + PW - KW) // SW + 1) if ix + PW - KW >= 0 else 0
+    oy_hi = min(OH - 1, (iy + PH) // SH)
+    ox_hi = min(OW - 1, (ix + PW) // SW)
+    s = 0.0
+    for oy in range(oy_lo, oy_hi + 1):
+        for ox in range(ox_lo, ox_hi + 1):
+            if argmax[n, c, oy, ox] == me:
+                s += dout[n, c, oy, ox]
+    dx[n, c, iy, ix] = s
+
+
+@cuda.jit
+def _avg_forward(out, x, KH, KW, SH, SW, PH, PW):
+    N, C, OH, OW = out.shape
+    H, W = x.shape[2], x.shape[3]
+    t = cuda.grid(1)
+    if t >= N * C * OH * OW:
+        return
+    ox = t % OW
+    oy = (t // OW) % OH
+    c = (t // (OW * OH)) % C
+    n = t // (OW * OH * C)
+    s = 0.0
+    for iy in range(max(oy * SH - PH, 0), min(oy * SH - PH + KH, H)):
+        for ix in range(max(ox * SW - PW, 0), min(ox * SW - PW + KW, W)):
+            s += x[n, c, iy, ix]
+    out[n, c, oy, ox] = s / (KH * KW)
+
+
+@cuda.jit
+def _avg_backward(dx, dout, KH, KW, SH, SW, PH, PW):
+    N, C, H, W = dx.shape
+    OH, OW = dout.shape[2], dout.shape[3]
+    t = cuda.grid(1)
+    if t >= N * C * H * W:
+        return
+    ix = t % W
+    iy = (t // W) % H
+    c = (t // (W * H)) % C
+    n = t // (W * H * C)
+    oy_lo = max(0, (iy + PH - KH) // SH + 1) if iy + PH - KH >= 0 else 0
+    ox_lo = max(0, (ix + PW - KW) // SW + 1) if ix + PW - KW >= 0 else 0
+    s = 0.0
+    for oy in range(oy_lo, min(OH - 1, (iy + PH) // SH) + 1):
+        for ox in range(ox_lo, min(OW - 1, (ix + PW) // SW) + 1):
+            s += dout[n, c, oy, ox]
+    dx[n, c, iy, ix] = s / (KH * KW)
+
+
+def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
+    _max_forward[grid(out.size)](out, argmax, x, KH, KW, SH, SW, PH, PW)
+
+
+def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
+    """As the CPU kernel; the window geometry is passed because the gather needs it."""
+    _max_backward[grid(dx.size)](dx, dout, argmax, KH, KW, SH, SW, PH, PW)
+
+
+def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
+    _avg_forward[grid(out.size)](out, x, KH, KW, SH, SW, PH, PW)
+
+
+def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
+    _avg_backward[grid(dx.size)](dx, dout, KH, KW, SH, SW, PH, PW)
+
+

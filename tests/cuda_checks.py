@@ -1,0 +1,110 @@
+"""CUDA kernels against the CPU kernels on tiny shapes, and training on both devices.
+
+Not collected directly (no test_ prefix): test_cuda.py runs this file in a subprocess with
+NUMBA_ENABLE_CUDASIM=1 when there is no GPU. On a GPU machine: ``python -m pytest tests/cuda_checks.py``.
+"""
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbacnn as nc
+from numbacnn.kernels import cuda as KC
+
+pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA GPU or simulator")
+
+
+def both(make):
+    """Build the same layer twice (seeded), one per device."""
+    a, b = make(), make()
+    for layer in (a, b):
+        if layer.param_shapes():
+            layer.initialize(np.random.default_rng(0))
+    b.device = "cuda"
+    if b.param_shapes():
+        b.bind({k: cuda.to_device(getattr(b, k)) for k in b.param_names},
+               {k: cuda.to_device(np.zeros_like(getattr(b, "d" + k))) for k in b.param_names})
+    return a, b
+
+
+def host(a):
+    return a if isinstance(a, np.ndarray) else a.copy_to_host()
+
+
+@pytest.mark.parametrize("make,shape", [
+    (lambda: nc.Conv2D(2, 3, 3), (2, 2, 5, 6)),
+    (lambda: nc.Conv2D(2, 3, 3, stride=2, padding=1), (2, 2, 5, 5)),
+    (lambda: nc.Conv2D(1, 2, 3, padding="same"), (1, 1, 4, 5)),
+    (lambda: nc.Conv2D(2, 2, (1, 3), stride=(1, 2), padding=(0, 1)), (1, 2, 1, 7)),
+    (lambda: nc.MaxPool2D(2), (2, 2, 5, 5)),
+    (lambda: nc.MaxPool2D(3, stride=2), (1, 2, 7, 7)),  # overlapping windows
+    (lambda: nc.MaxPool2D(3, stride=1, padding=1), (1, 2, 4, 5)),
+    (lambda: nc.AvgPool2D(3, stride=2, padding=1), (1, 2, 5, 5)),
+    (lambda: nc.Dense(7, 4), (3, 7)),
+    (lambda: nc.ReLU(), (2, 3, 4)),
+    (lambda: nc.Tanh(), (2, 3, 4)),
+])
+@pytest.mark.parametrize("ties", [False, True])
+def test_layer_matches_cpu(make, shape, ties):
+    rng = np.random.default_rng(1)
+    x = rng.integers(-2, 3, shape).astype(np.float32) if ties else \
+        rng.standard_normal(shape).astype(np.float32)
+    cpu_l, gpu_l = both(make)
+    y_cpu = cpu_l.forward(x, training=True)
+    y_gpu = host(gpu_l.forward(cuda.to_device(x), training=True))
+    np.testing.assert_allclose(y_gpu, y_cpu, rtol=1e-5, atol=1e-5)
+    if "argmax" in cpu_l._buffers:
+        np.testing.assert_array_equal(host(gpu_l._buffers["argmax"]), cpu_l._buffers["argmax"])
+    dy = rng.standard_normal(y_cpu.shape).astype(np.float32)
+    dx_cpu = cpu_l.backward(dy)
+    dx_gpu = host(gpu_l.backward(cuda.to_device(dy)))
+    np.testing.assert_allclose(dx_gpu, dx_cpu, rtol=1e-5, atol=1e-5)
+    for k in cpu_l.param_names:
+        np.testing.assert_allclose(host(getattr(gpu_l, "d" + k)), getattr(cpu_l, "d" + k),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_cross_entropy_and_dropout_kernels():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 4)).astype(np.float32)
+    y = rng.integers(0, 4, 5)
+    loss, d = nc.softmax_cross_entropy(logits, y)
+    dd, ll = cuda.device_array((5, 4), np.float32), cuda.device_array(5, np.float64)
+    KC.softmax_cross_entropy(dd, ll, cuda.to_device(logits), cuda.to_device(y))
+    assert ll.copy_to_host().mean() == pytest.approx(loss, rel=1e-6)
+    np.testing.assert_allclose(dd.copy_to_host(), d, rtol=1e-5, atol=1e-7)
+    mask = (rng.random(20) > 0.5).astype(np.float32) * 2
+    x = rng.standard_normal(20).astype(np.float32)
+    out = cuda.device_array(20, np.float32)
+    KC.dropout_forward(out, cuda.to_device(x), cuda.to_device(mask))
+    np.testing.assert_array_equal(out.copy_to_host(), x * mask)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "rmsprop", "adam"])
+def test_training_steps_match_across_devices(opt):
+    """A few steps (fused conv+relu, pools, dropout, dense) on both devices give the same weights."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    spec = "conv(2,3,padding=same),relu,maxpool(2),conv(3,2),tanh,dropout(0.2),dense(5),relu"
+    weights = []
+    for device in ("cpu", "cuda"):
+        net = nc.build_network(spec, (1, 6, 6), 3, seed=0).to(device)
+        kwargs = {"lr": 0.05, "momentum": 0.9} if opt == "sgd" else {"lr": 0.01}
+        optim = nc.make_optimizer(opt, net, **kwargs)
+        for _ in range(3):
+            loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+            net.backward(d)
+            optim.step()
+        weights.append(net.state_dict())
+        assert np.isfinite(loss)
+    for k in weights[0]:
+        np.testing.assert_allclose(weights[1][k], weights[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_estimator_on_cuda():
+    rng = np.random.default_rng(0)
+    X = rng.random((24, 16)).astype(np.float32)
+    yl = (X[:, 0] > 0.5).astype(int)
+    clf = nc.CNNClassifier(architecture="conv(2,3,padding=same),relu,dense(4),relu", device="cuda",
+                           max_epochs=2, batch_size=8, random_state=0).fit(X, yl)
+    assert clf.net_.device == "cuda" and clf.predict(X).shape == (24,)
