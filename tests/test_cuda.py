@@ -30,8 +30,9 @@ def test_cuda_kernels_in_simulator_or_on_gpu():
     env = dict(os.environ)
     if not cuda_available():
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider",
                         os.path.join(ROOT, "tests", "cuda_checks.py")],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
+    last = r.stdout.strip().splitlines()[-1]
+    assert " passed" in last and "skipped" not in last, last
