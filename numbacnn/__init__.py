@@ -1,18 +1,19 @@
 """numbacnn: a Numba-compiled CNN trainer for multicore CPUs."""
 from ._config import get_num_threads, set_num_threads
-from .estimator import CNNClassifier
-from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
 from .arch import PRESETS, ArchitectureError, build_network, parse_architecture
 from .checkpoint import CheckpointError, load, load_checkpoint, save
 from .data import DataError, Dataset, load_dataset
+from .estimator import CNNClassifier
+from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
 from .network import Sequential, softmax_cross_entropy
-from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 from .optimizers import SGD, Adam, Optimizer, RMSProp, make_optimizer
+from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CNNClassifier", "PRESETS", "ArchitectureError", "CheckpointError", "DataError", "Dataset", "DivergenceError",
+    "CNNClassifier", "PRESETS", "ArchitectureError", "CheckpointError", "DataError", "Dataset",
+    "DivergenceError",
     "Trainer", "TrainingInterrupted", "build_network", "evaluate", "load", "load_checkpoint",
     "load_dataset", "parse_architecture", "save",
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -17,8 +16,8 @@ import numpy as np
 from . import _config
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
-from .device import DeviceError
 from .data import DataError, Dataset, load_dataset, stratified_split
+from .device import DeviceError
 from .optimizers import OPTIMIZERS, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
 
@@ -77,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="momentum for sgd (default 0.9) and rmsprop (default 0)")
     m.add_argument("--nesterov", action="store_true", help="Nesterov momentum (sgd)")
     m.add_argument("--weight-decay", type=_number(float, 0, False), default=0.0)
+    m.add_argument("--lr-schedule", choices=["constant", "cosine"], default=None,
+                   help="constant, or cosine annealing over the epochs (default constant)")
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
                    help="default 16 on digits, 64 otherwise")
@@ -182,7 +183,9 @@ def run(argv: list[str] | None = None) -> int:
             raise UsageError("--momentum does not apply to adam")
         opt = make_optimizer(opt_name, net, **kwargs)
 
-    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet)
+    schedule = tmeta.get("lr_schedule") or args.lr_schedule or "constant"
+    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet,
+                      lr_schedule=schedule)
     if resume:
         trainer.load_state(tmeta["trainer"])
     save_path = args.save or args.resume
@@ -192,7 +195,7 @@ def run(argv: list[str] | None = None) -> int:
             save(net, save_path, optimizer=opt, training={
                 "architecture": arch, "optimizer_name": opt_name, "seed": seed, "epochs": epochs,
                 "test_size": test_size, "val_size": val_size, "batch_size": batch_size,
-                "dataset": ds.name, "trainer": tr.state()})
+                "dataset": ds.name, "trainer": tr.state(), "lr_schedule": schedule})
 
     if not args.quiet:
         print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
@@ -215,7 +218,8 @@ def run(argv: list[str] | None = None) -> int:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
                 "images_per_second", "val_loss", "val_accuracy")
         metrics = {"dataset": ds.name, "architecture": arch, "optimizer": opt_name,
-                   "hyperparameters": opt.hyperparameters(), "batch_size": batch_size,
+                   "hyperparameters": {**opt.hyperparameters(), "lr": trainer.base_lr},
+                   "lr_schedule": schedule, "batch_size": batch_size,
                    "seed": seed, "threads": _config.get_num_threads(),
                    "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}

@@ -178,7 +178,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y contains labels not seen in classes_: {unknown[:5].tolist()}")
         return idx.astype(np.int64)
 
-    def fit(self, X, y) -> "CNNClassifier":
+    def fit(self, X, y) -> CNNClassifier:
         """Train on X (n_samples, n_features) or image arrays, y any hashable labels."""
         self._check_params()
         warm = self.warm_start and hasattr(self, "net_")
@@ -235,7 +235,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ += 1
         return stats
 
-    def partial_fit(self, X, y, classes=None) -> "CNNClassifier":
+    def partial_fit(self, X, y, classes=None) -> CNNClassifier:
         """One epoch over (X, y); ``classes`` (all labels) is required on the first call."""
         first = not hasattr(self, "net_")
         if first:

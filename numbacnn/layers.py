@@ -71,7 +71,7 @@ class Layer:
     def reset_parameters(self, rng: np.random.Generator) -> None:
         """Fill the bound parameters in place (PyTorch's default initialisation)."""
 
-    def initialize(self, rng: np.random.Generator | int | None = None) -> "Layer":
+    def initialize(self, rng: np.random.Generator | int | None = None) -> Layer:
         """Allocate and initialise this layer's own parameters (for use outside ``Sequential``)."""
         shapes = self.param_shapes()
         self.bind({k: np.zeros(s, np.float32) for k, s in shapes.items()},

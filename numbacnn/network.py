@@ -50,7 +50,7 @@ class Sequential:
         if device != "cpu":
             self.to(device)
 
-    def to(self, device: str) -> "Sequential":
+    def to(self, device: str) -> Sequential:
         """Move parameters, gradients and all layer work to "cpu" or "cuda" (in place)."""
         from .device import check_device
 

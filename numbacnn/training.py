@@ -52,7 +52,7 @@ def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: i
 
 
 @contextmanager
-def _stop_on_signals(trainer: "Trainer"):
+def _stop_on_signals(trainer: Trainer):
     """Turn SIGINT/SIGTERM into a flag checked between steps (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -81,11 +81,18 @@ class Trainer:
         Show a tqdm bar per epoch and a summary line per epoch.
     shuffle : bool
         Visit the examples in a new random order every epoch (else in order).
+    lr_schedule : "constant" or "cosine"
+        "cosine" anneals the learning rate from its initial value towards 0 over the epochs of
+        ``fit``: epoch e (0-based) of E uses lr * (1 + cos(pi * e / E)) / 2.
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
                  progress: bool = True, log: Callable[[str], None] | None = None,
-                 shuffle: bool = True) -> None:
+                 shuffle: bool = True, lr_schedule: str = "constant") -> None:
+        if lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
+        self.lr_schedule = lr_schedule
+        self.base_lr = optimizer.lr
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
         self.net = net
@@ -107,7 +114,8 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "step": self._step, "rng": self.rng.bit_generator.state,
                 "epoch_rng": self._epoch_rng_state, "partial": dict(self._partial),
-                "history": self.history, "batch_size": self.batch_size}
+                "history": self.history, "batch_size": self.batch_size, "base_lr": self.base_lr,
+                "lr_schedule": self.lr_schedule}
 
     def load_state(self, st: dict[str, Any]) -> None:
         self.epoch = int(st["epoch"])
@@ -116,6 +124,8 @@ class Trainer:
         self._epoch_rng_state = st["epoch_rng"]
         self._partial = dict(st["partial"])
         self.history = list(st["history"])
+        self.base_lr = float(st.get("base_lr", self.base_lr))
+        self.lr_schedule = st.get("lr_schedule", self.lr_schedule)
 
     # --- training --------------------------------------------------------------------------------
     def train_epoch(self, x: np.ndarray, y: np.ndarray, total_epochs: int | None = None,
@@ -180,7 +190,7 @@ class Trainer:
     def fit(self, x: np.ndarray, y: np.ndarray, epochs: int, x_test: np.ndarray | None = None,
             y_test: np.ndarray | None = None, x_val: np.ndarray | None = None,
             y_val: np.ndarray | None = None,
-            checkpoint: Callable[["Trainer"], None] | None = None) -> list[dict[str, Any]]:
+            checkpoint: Callable[[Trainer], None] | None = None) -> list[dict[str, Any]]:
         """Train until ``epochs`` epochs are complete (counting those already done when resumed).
 
         ``checkpoint(trainer)`` is called after every epoch and, on SIGINT/SIGTERM, after the last
@@ -191,6 +201,8 @@ class Trainer:
         self.stop_signal = None
         with _stop_on_signals(self):
             while self.epoch < epochs:
+                if self.lr_schedule == "cosine":
+                    self.optimizer.lr = self.base_lr * 0.5 * (1.0 + math.cos(math.pi * self.epoch / epochs))
                 try:
                     stats = self.train_epoch(x, y, total_epochs=epochs)
                 except TrainingInterrupted:

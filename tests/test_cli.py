@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 import pytest
+from conftest import MNIST_DIR, ROOT
 
 import numbacnn as nc
 from numbacnn.cli import main
 from numbacnn.data import write_idx
-from conftest import MNIST_DIR, ROOT
 
 TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", "--epochs", "2"]
 
@@ -90,7 +90,8 @@ def test_save_evaluate_and_resume_round_trip(tmp_path, npz, capsys):
         np.testing.assert_array_equal(a.optimizer_state[k], b.optimizer_state[k])
 
 
-def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path):
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path, schedule):
     """Stop after step 7 of epoch 2, save, reload into fresh objects, finish: same weights."""
     rng = np.random.default_rng(0)
     x = rng.random((100, 1, 8, 8)).astype(np.float32)
@@ -100,7 +101,8 @@ def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path):
     def fresh():
         net = nc.build_network(spec, (1, 8, 8), 4, seed=1)
         opt = nc.SGD(net, lr=0.05, momentum=0.9)
-        return net, opt, nc.Trainer(net, opt, batch_size=16, seed=2, progress=False)
+        return net, opt, nc.Trainer(net, opt, batch_size=16, seed=2, progress=False,
+                                    lr_schedule=schedule)
 
     net, opt, tr = fresh()
     tr.fit(x, y, 3)
@@ -108,7 +110,6 @@ def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path):
 
     net, opt, tr = fresh()
     ck = str(tmp_path / "int.npz")
-    tr.train_epoch(x, y)
     orig = opt.step
 
     def step():  # the signal arrives during step 3 of epoch 2 (7 steps per epoch)
@@ -118,14 +119,14 @@ def test_trainer_interrupted_mid_epoch_resumes_bitwise(tmp_path):
 
     opt.step = step
     with pytest.raises(nc.TrainingInterrupted):
-        tr.train_epoch(x, y)
+        tr.fit(x, y, 3)
     assert tr.epoch == 1 and tr._step == 3
     nc.save(net, ck, optimizer=opt, training={"trainer": tr.state()})
     ckpt = nc.load_checkpoint(ck)
     net2 = ckpt.net
     opt2 = nc.SGD(net2, lr=0.05, momentum=0.9)
     opt2.load_state_dict({"step": ckpt.optimizer["step"], **ckpt.optimizer_state})
-    tr2 = nc.Trainer(net2, opt2, batch_size=16, seed=999, progress=False)
+    tr2 = nc.Trainer(net2, opt2, batch_size=16, seed=999, progress=False)  # state restores the rest
     tr2.load_state(ckpt.meta["training"]["trainer"])
     tr2.fit(x, y, 3)
     np.testing.assert_array_equal(net2.params, reference)

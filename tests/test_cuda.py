@@ -5,11 +5,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import numbacnn as nc
 from numbacnn.cli import main
 from numbacnn.device import DeviceError, cuda_available
-from conftest import ROOT
 
 
 @pytest.mark.skipif(cuda_available(), reason="a GPU is present")

@@ -8,10 +8,10 @@ import threading
 
 import numpy as np
 import pytest
-
-from numbacnn.data import DataError, load_dataset, load_csv, load_npz, read_idx, write_idx
-from numbacnn.download import DownloadError, download
 from conftest import MNIST_DIR
+
+from numbacnn.data import DataError, load_csv, load_dataset, load_npz, read_idx, write_idx
+from numbacnn.download import DownloadError, download
 
 
 def make_images(n=30, side=6, seed=0):

@@ -71,7 +71,7 @@ def test_partial_fit(digits):
     clf = CNNClassifier(**SMALL)
     with pytest.raises(ValueError, match="classes"):
         clf.partial_fit(X[:50], y[:50])
-    for i in range(6):
+    for _ in range(6):
         clf.partial_fit(X[:400], y[:400], classes=np.arange(10))
     assert clf.n_iter_ == 6 and clf.score(X[400:], y[400:]) > 0.8
     with pytest.raises(ValueError, match="features"):

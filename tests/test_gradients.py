@@ -2,10 +2,10 @@
 about batch averaging, argmax routing and gradient summation at pooling outputs."""
 import numpy as np
 import pytest
-
-import numbacnn as nc
 import reference as ref
 from conftest import f32
+
+import numbacnn as nc
 
 EPS = 1e-6  # central-difference step in float64; tolerances below are for float32 kernels
 

@@ -1,10 +1,10 @@
 """Every CPU kernel (through its layer) against the float64 oracle in reference.py."""
 import numpy as np
 import pytest
-
-import numbacnn as nc
 import reference as ref
 from conftest import f32
+
+import numbacnn as nc
 
 CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (3, 1, 7, 7, 4, 3, 1, 0),

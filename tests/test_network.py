@@ -1,10 +1,10 @@
 """Sequential, optimizers against their formulas, state dicts, validation and reproducibility."""
 import numpy as np
 import pytest
-
-import numbacnn as nc
 import reference as ref
 from conftest import f32
+
+import numbacnn as nc
 
 
 def lenet(seed=0):

@@ -10,19 +10,18 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import numbacnn as nc
 from numbacnn.checkpoint import CheckpointError
 from numbacnn.data import DataError, load_csv, load_npz, read_idx, write_idx
-from conftest import ROOT
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _idx_bytes(gz: bool) -> bytes:
-    buf = io.BytesIO()
     a = np.arange(3 * 4 * 4, dtype=np.uint8).reshape(3, 4, 4)
     payload = bytes([0, 0, 8, 3]) + np.array([3, 4, 4], ">u4").tobytes() + a.tobytes()
     return gzip.compress(payload) if gz else payload

@@ -1,17 +1,29 @@
 """CPU kernels (numba njit, parallel over batch items or planes), one operation per module."""
-from .activations import (dropout_backward, dropout_forward, relu_backward, relu_forward,
-                          tanh_backward, tanh_forward)
+from ._util import sum_chunks
+from .activations import (
+                          dropout_backward,
+                          dropout_forward,
+                          relu_backward,
+                          relu_forward,
+                          tanh_backward,
+                          tanh_forward,
+)
 from .conv2d import conv2d_backward, conv2d_forward
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy
 from .optim import adam_update, rmsprop_update, sgd_update
-from .pool import (avgpool2d_backward, avgpool2d_forward, maxpool2d_backward, maxpool2d_forward,
-                   maxpool2d_forward_nopad)
-from ._util import sum_chunks
+from .pool import (
+                          avgpool2d_backward,
+                          avgpool2d_forward,
+                          maxpool2d_backward,
+                          maxpool2d_forward,
+                          maxpool2d_forward_nopad,
+)
 
 __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
-    "maxpool2d_forward", "maxpool2d_forward_nopad", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update", "softmax",
+    "maxpool2d_forward", "maxpool2d_forward_nopad", "relu_backward", "relu_forward", "rmsprop_update",
+    "sgd_update", "softmax",
     "softmax_cross_entropy", "sum_chunks", "tanh_backward", "tanh_forward",
 ]

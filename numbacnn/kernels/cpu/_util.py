@@ -1,5 +1,4 @@
 """Small shared CPU kernels: chunk bounds and the fixed-order reduction of per-chunk gradients."""
-import numpy as np
 from numba import prange
 
 from ..._config import kernel

@@ -5,8 +5,14 @@ CPU-only workspaces (im2col caches, per-chunk gradient parts): on the GPU every 
 has its own thread that gathers what it needs, so there are no partial sums to reduce.
 Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUMBA_ENABLE_CUDASIM=1.
 """
-from .activations import (dropout_backward, dropout_forward, relu_backward, relu_forward,
-                          tanh_backward, tanh_forward)
+from .activations import (
+                          dropout_backward,
+                          dropout_forward,
+                          relu_backward,
+                          relu_forward,
+                          tanh_backward,
+                          tanh_forward,
+)
 from .conv2d import conv2d_backward, conv2d_forward
 from .dense import dense_backward, dense_forward
 from .loss import softmax_cross_entropy
