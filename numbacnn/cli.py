@@ -21,11 +21,11 @@ from .device import DeviceError
 from .optimizers import OPTIMIZERS, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
 
-DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3, "adam": 1e-3}
+DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
 # Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
 # and more epochs; MNIST-sized data gets the usual batch 64.
-RECIPES = {"digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3},
-           "other": {"epochs": 10, "batch_size": 64, "adam_lr": 1e-3}}
+RECIPES = {"digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
+           "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"}}
 
 
 class UsageError(Exception):
@@ -70,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "'conv(32,3),relu,maxpool(2),dense(128),relu'")
     m.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="default adam")
     m.add_argument("--lr", type=_number(float, 0, True), default=None,
-                   help="learning rate (default: sgd 0.05, rmsprop 0.001, adam 0.001; adam 0.002 "
-                   "on digits)")
+                   help="learning rate (default: adam 0.002, sgd 0.05, rmsprop 0.001)")
     m.add_argument("--momentum", type=_number(float, 0, False), default=None,
                    help="momentum for sgd (default 0.9) and rmsprop (default 0)")
     m.add_argument("--nesterov", action="store_true", help="Nesterov momentum (sgd)")
     m.add_argument("--weight-decay", type=_number(float, 0, False), default=0.0)
     m.add_argument("--lr-schedule", choices=["constant", "cosine"], default=None,
-                   help="constant, or cosine annealing over the epochs (default constant)")
+                   help="constant, or cosine annealing over the epochs (default: constant on "
+                   "digits, cosine otherwise)")
     t = p.add_argument_group("training")
     t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
                    help="default 16 on digits, 64 otherwise")
@@ -183,7 +183,7 @@ def run(argv: list[str] | None = None) -> int:
             raise UsageError("--momentum does not apply to adam")
         opt = make_optimizer(opt_name, net, **kwargs)
 
-    schedule = tmeta.get("lr_schedule") or args.lr_schedule or "constant"
+    schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
     trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet,
                       lr_schedule=schedule)
     if resume:
