@@ -15,7 +15,8 @@ import numbacnn as nc
 from numbacnn.cli import main
 from numbacnn.data import write_idx
 
-TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", "--epochs", "2"]
+TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", "--epochs", "2",
+        "--lr-schedule", "constant"]
 
 
 @pytest.fixture
@@ -83,7 +84,8 @@ def test_save_evaluate_and_resume_round_trip(tmp_path, npz, capsys):
     # resume to 4 epochs = an uninterrupted 4-epoch run, bit for bit
     assert main(TINY[:3] + ["--epochs", "4", "--data", npz, "--resume", ck, "--quiet"]) == 0
     full = str(tmp_path / "full.npz")
-    assert main(TINY[:3] + ["--epochs", "4", "--data", npz, "--save", full]) == 0
+    assert main(TINY[:3] + ["--epochs", "4", "--data", npz, "--save", full,
+                            "--lr-schedule", "constant"]) == 0
     a, b = nc.load_checkpoint(ck), nc.load_checkpoint(full)
     np.testing.assert_array_equal(a.net.params, b.net.params)
     for k in a.optimizer_state:
