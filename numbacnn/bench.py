@@ -170,13 +170,13 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
 
 # --- compile time, warm start and memory (each in a fresh process) -----------------------------
 _CHILD = r"""
-import os, sys, time, resource
+import os, sys, time
 t0 = time.perf_counter()
 import numpy as np
 kind, net_name, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def rss_kb():
+def status_kb(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
+        if line.startswith(key):
             return int(line.split()[1])
 if kind == "ours":
     import numbacnn as nc
@@ -190,10 +190,10 @@ else:
 t1 = time.perf_counter()
 m.train_step()
 t2 = time.perf_counter()
-base = rss_kb()  # libraries and compiled code are loaded by now
+base = status_kb("VmRSS")  # libraries and compiled code are loaded by now
 for _ in range(steps):
     m.train_step()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kb("VmHWM")  # this process's peak (ru_maxrss would include the parent's, pre-exec)
 print(f"{t1 - t0} {t2 - t1} {base} {peak}")
 """
 
