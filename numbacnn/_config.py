@@ -49,7 +49,7 @@ def single_thread_kernel_blas() -> None:
 
 def set_num_threads(n: int | None) -> int:
     """Set numba's thread count (None: all available); returns the count in force."""
-    max_threads = numba.config.NUMBA_NUM_THREADS
+    max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     if n is None:
         n = max_threads
     if not isinstance(n, (int,)) or isinstance(n, bool) or n < 1:

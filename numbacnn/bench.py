@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import _config
 
-    max_threads = numba.config.NUMBA_NUM_THREADS
+    max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     threads = [int(t) for t in args.threads.split(",")] if args.threads else \
         list(range(1, max_threads + 1))
     use_torch = False

@@ -100,7 +100,7 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
     meta_bytes = json.dumps(info, sort_keys=True).encode()
     arrays["__meta__"] = np.frombuffer(meta_bytes, np.uint8)
     arrays["__checksum__"] = np.frombuffer(_digest(meta_bytes, arrays).encode(), np.uint8)
-    atomic_write(path, lambda f: np.savez(f, **arrays))
+    atomic_write(path, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]
 
 
 def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:

@@ -24,8 +24,10 @@ from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_m
 DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
 # Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
 # and more epochs; MNIST-sized data gets the usual batch 64.
-RECIPES = {"digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
-           "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"}}
+RECIPES: dict[str, dict[str, Any]] = {
+    "digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
+    "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"},
+}
 
 
 class UsageError(Exception):

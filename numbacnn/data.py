@@ -11,6 +11,7 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +27,12 @@ class Dataset:
     name: str
     x_train: np.ndarray
     y_train: np.ndarray
-    x_test: np.ndarray | None = None
-    y_test: np.ndarray | None = None
+    x_test: np.ndarray
+    y_test: np.ndarray
 
     @property
     def n_classes(self) -> int:
-        ys = [self.y_train] + ([self.y_test] if self.y_test is not None else [])
-        return int(max(int(y.max()) for y in ys)) + 1
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -89,7 +89,8 @@ def as_labels(y: np.ndarray, n: int, source: str) -> np.ndarray:
 
 
 # --- IDX ---------------------------------------------------------------------------------------
-_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4",
+                              0x0E: ">f8"}
 
 
 def _read_bytes(path: str) -> bytes:
@@ -154,7 +155,7 @@ def _idx_pair_in_dir(directory: str, split: str) -> tuple[str, str] | None:
     if img is None and lab is None:
         return None
     if img is None or lab is None:
-        raise DataError(f"{directory}: found {os.path.basename(img or lab)} but not its "
+        raise DataError(f"{directory}: found {os.path.basename(img or lab or '')} but not its "
                         f"{'labels' if lab is None else 'images'} file")
     return img, lab
 
@@ -194,7 +195,7 @@ def load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.n
     ytr = as_labels(ytr, len(xtr), f"{path}[y_train]")
     if (xte is None) != (yte is None):
         raise DataError(f"{path}: has only one of x_test / y_test")
-    if xte is not None:
+    if xte is not None and yte is not None:
         xte = as_images(xte, f"{path}[x_test]")
         yte = as_labels(yte, len(xte), f"{path}[y_test]")
         if xte.shape[1:] != xtr.shape[1:]:
@@ -313,6 +314,7 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
         x, x_te, y, y_te = stratified_split(x, y, test_size, seed)
     if len(np.unique(y)) < 2:
         raise DataError(f"{path or name}: training labels hold a single class; need at least 2")
+    assert y_te is not None
     return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te)
 
 

@@ -13,9 +13,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 # Published MD5 checksums of the gzip files (as distributed and as listed by torchvision).
-DATASETS: dict[str, dict[str, object]] = {
+DATASETS: dict[str, dict[str, Any]] = {
     "mnist": {
         "mirrors": ["https://ossci-datasets.s3.amazonaws.com/mnist/",
                     "https://storage.googleapis.com/cvdf-datasets/mnist/",

@@ -35,7 +35,7 @@ def _threads(n: int | None):
         _config.set_num_threads(before)
 
 
-class CNNClassifier(ClassifierMixin, BaseEstimator):
+class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     """Convolutional network classifier trained with numbacnn's Numba kernels.
 
     Parameters
@@ -170,6 +170,8 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):
         self.x_mean_ = float(np.mean(X, dtype=np.float64))
         self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
 
+    classes_: np.ndarray
+
     def _encode(self, y: np.ndarray) -> np.ndarray:
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
@@ -211,7 +213,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):
         best_loss, best_params, stall = np.inf, None, 0
         for _ in range(self.max_epochs):
             stats = self._one_epoch(x, y)
-            if self.early_stopping:
+            if x_val is not None and y_val is not None:
                 score = evaluate(self.net_, x_val, y_val)[1]
                 self.validation_scores_.append(score)
                 if score > self.best_validation_score_ + self.tol:

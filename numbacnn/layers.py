@@ -87,6 +87,11 @@ class Layer:
     def _label(self) -> str:
         return self.name or repr(self)
 
+    def _input(self) -> Shape:
+        if self._in_shape is None:
+            raise RuntimeError(f"{self._label()}: backward called before forward")
+        return self._in_shape
+
     def _check_input(self, x: np.ndarray) -> Shape:
         if self.device == "cuda" and not isinstance(x, np.ndarray) and hasattr(x, "copy_to_host"):
             pass  # a device array
@@ -165,6 +170,10 @@ class Conv2D(Layer):
     """
 
     param_names = ("weight", "bias")
+    weight: Any  # (C_out, C_in, KH, KW); numpy or device views bound by Sequential / initialize
+    bias: Any
+    dweight: Any
+    dbias: Any
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
                  stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, int] = 0) -> None:
@@ -234,7 +243,7 @@ class Conv2D(Layer):
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         if self.device == "cuda":
-            dx = self._buf("dx", self._in_shape) if need_dx else None
+            dx = self._buf("dx", self._input()) if need_dx else None
             self._K.conv2d_backward(dx, self.dweight, self.dbias, self._buf("g", dy.shape), dy,
                                     self._x, self.weight, self._buffers["y"], *self.stride,
                                     *self.padding, need_dx, self.fused_relu)
@@ -243,7 +252,7 @@ class Conv2D(Layer):
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
         oh, ow = dy.shape[2], dy.shape[3]
-        dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1, 1, 1))
+        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
         db_parts = self._buf("db_parts", (chunks, self.out_channels))
         dw_tmp = self._buf("dw_tmp", (chunks, self.out_channels, ckk))
@@ -332,7 +341,7 @@ class MaxPool2D(_Pool2D):
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         if not need_dx:
             return None
-        dx = self._buf("dx", self._in_shape)
+        dx = self._buf("dx", self._input())
         if self.device == "cuda":
             self._K.maxpool2d_backward(dx, dy, self._buffers["argmax"], *self.kernel_size,
                                        *self.stride, *self.padding)
@@ -356,7 +365,7 @@ class AvgPool2D(_Pool2D):
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         if not need_dx:
             return None
-        dx = self._buf("dx", self._in_shape)
+        dx = self._buf("dx", self._input())
         self._K.avgpool2d_backward(dx, dy, *self.kernel_size, *self.stride, *self.padding)
         return dx
 
@@ -365,6 +374,10 @@ class Dense(Layer):
     """Fully connected layer, weight (out_features, in_features), as ``torch.nn.Linear``."""
 
     param_names = ("weight", "bias")
+    weight: Any  # (out_features, in_features)
+    bias: Any
+    dweight: Any
+    dbias: Any
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -401,11 +414,11 @@ class Dense(Layer):
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n, self.out_features))
         if self.device == "cuda":
-            dx = self._buf("dx", self._in_shape) if need_dx else None
+            dx = self._buf("dx", self._input()) if need_dx else None
             self._K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
             return dx
         chunks = -(-n // _config.CHUNK)
-        dx = self._buf("dx", self._in_shape) if need_dx else self._buf("dx0", (n, 1))
+        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_features, self.in_features))
         K.dense_backward(dx, dw_parts, self.dbias, dy, self._x, self.weight, _config.CHUNK, need_dx)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
@@ -431,7 +444,7 @@ class _Elementwise(Layer):
         dy = self._check_grad(dy, self._in_shape or ())
         if not need_dx:
             return None
-        dx = self._buf("dx", self._in_shape)
+        dx = self._buf("dx", self._input())
         self._apply_backward(dx.reshape(-1), dy.reshape(-1))
         return dx
 

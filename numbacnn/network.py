@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,9 @@ class Sequential:
                 size = int(np.prod(shape))
                 self._slots.append((f"{i}.{pname}", i, pname, slice(offset, offset + size), shape))
                 offset += size
-        self.params = np.zeros(offset, np.float32)
-        self.grads = np.zeros(offset, np.float32)
+        # numpy arrays, or numba device arrays after .to("cuda")
+        self.params: Any = np.zeros(offset, np.float32)
+        self.grads: Any = np.zeros(offset, np.float32)
         self._bind_views()
         self.reset_parameters(seed)
         self._fuse()
@@ -162,7 +164,7 @@ class Sequential:
         """
         if not self._can_backward:
             raise RuntimeError("backward needs a preceding forward(x, training=True)")
-        g = dout
+        g: Any = dout
         for i in range(len(self.layers) - 1, -1, -1):
             g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
         return None if g is None else self._to_host(g).copy()
@@ -179,7 +181,7 @@ class Sequential:
         return np.argmax(self.forward(x, training=False), axis=1)
 
     # --- parameters ---------------------------------------------------------------------------
-    def _views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+    def _views(self, flat: Any) -> dict[str, Any]:
         return {key: flat[sl].reshape(shape) for key, _, _, sl, shape in self._slots}
 
     def state_dict(self) -> dict[str, np.ndarray]:

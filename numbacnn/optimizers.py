@@ -61,7 +61,7 @@ class Optimizer:
     def _update(self) -> None:
         raise NotImplementedError
 
-    def hyperparameters(self) -> dict[str, float]:
+    def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr}
 
     def state_dict(self) -> dict[str, Any]:
@@ -111,7 +111,7 @@ class SGD(Optimizer):
                      self.momentum, self.dampening, self.weight_decay, self.nesterov,
                      self.step_count == 1)
 
-    def hyperparameters(self) -> dict[str, float]:
+    def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "momentum": self.momentum, "nesterov": self.nesterov,
                 "weight_decay": self.weight_decay, "dampening": self.dampening}
 
@@ -137,7 +137,7 @@ class RMSProp(Optimizer):
                          s["momentum_buffer"], self.lr, self.alpha, self.eps, self.weight_decay,
                          self.momentum, self.centered)
 
-    def hyperparameters(self) -> dict[str, float]:
+    def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "alpha": self.alpha, "eps": self.eps, "momentum": self.momentum,
                 "centered": self.centered, "weight_decay": self.weight_decay}
 
@@ -163,7 +163,7 @@ class Adam(Optimizer):
                       self.lr, self.betas[0], self.betas[1], self.eps, self.weight_decay,
                       self.step_count)
 
-    def hyperparameters(self) -> dict[str, float]:
+    def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
 
 

@@ -133,7 +133,7 @@ class Trainer:
         """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch."""
         n = len(x)
         if self._epoch_rng_state is None:
-            self._epoch_rng_state = self.rng.bit_generator.state
+            self._epoch_rng_state = dict(self.rng.bit_generator.state)
             order = self.rng.permutation(n) if self.shuffle else np.arange(n)
             self._step = 0
             self._partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
