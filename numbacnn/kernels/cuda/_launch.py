@@ -1,7 +1,21 @@
 """Launch helpers for the CUDA kernels: one thread per output element, 1-D grids."""
 import math
 
+from numba import cuda
+
 THREADS = 128
+
+
+@cuda.jit(device=True)
+def unravel4(t, d1, d2, d3):
+    """(i0, i1, i2, i3) of flat index t in a C-ordered (., d1, d2, d3) array."""
+    return t // (d3 * d2 * d1), (t // (d3 * d2)) % d1, (t // d3) % d2, t % d3
+
+
+@cuda.jit(device=True)
+def readers(i, P, K, S, n_out):
+    """Output positions o in [lo, hi) whose window [o*S - P, o*S - P + K) contains input i."""
+    return max(0, (i + P - K) // S + 1), min(n_out, (i + P) // S + 1)
 
 
 def grid(n: int) -> tuple[int, int]:

@@ -6,7 +6,7 @@ over the batch inside one thread per weight element (a fixed order: deterministi
 """
 from numba import cuda
 
-from ._launch import grid
+from ._launch import grid, unravel4
 
 
 @cuda.jit
@@ -17,10 +17,7 @@ def _forward(out, x, w, b, SH, SW, PH, PW, relu):
     t = cuda.grid(1)
     if t >= N * Co * OH * OW:
         return
-    ox = t % OW
-    oy = (t // OW) % OH
-    co = (t // (OW * OH)) % Co
-    n = t // (OW * OH * Co)
+    n, co, oy, ox = unravel4(t, Co, OH, OW)
     s = b[co]
     for ci in range(Ci):
         for ky in range(KH):
@@ -42,10 +39,7 @@ def _grad_out(g, dout, y, relu):
     t = cuda.grid(1)
     if t >= N * Co * OH * OW:
         return
-    ox = t % OW
-    oy = (t // OW) % OH
-    co = (t // (OW * OH)) % Co
-    n = t // (OW * OH * Co)
+    n, co, oy, ox = unravel4(t, Co, OH, OW)
     v = dout[n, co, oy, ox]
     if relu and not y[n, co, oy, ox] > 0:
         v = 0.0
@@ -60,10 +54,7 @@ def _backward_dx(dx, g, w, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= N * Ci * H * W:
         return
-    ix = t % W
-    iy = (t // W) % H
-    ci = (t // (W * H)) % Ci
-    n = t // (W * H * Ci)
+    n, ci, iy, ix = unravel4(t, Ci, H, W)
     s = 0.0
     for ky in range(KH):
         ny = iy + PH - ky  # = oy * SH
@@ -86,10 +77,7 @@ def _backward_dw(dw, g, x, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= Co * Ci * KH * KW:
         return
-    kx = t % KW
-    ky = (t // KW) % KH
-    ci = (t // (KW * KH)) % Ci
-    co = t // (KW * KH * Ci)
+    co, ci, ky, kx = unravel4(t, Ci, KH, KW)
     s = 0.0
     for n in range(N):
         for oy in range(OH):

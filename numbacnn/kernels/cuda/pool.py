@@ -7,7 +7,7 @@ windows accumulate without races or atomics. Same tie, padding and NaN rules as 
 
 from numba import cuda
 
-from ._launch import grid
+from ._launch import grid, readers, unravel4
 
 
 @cuda.jit
@@ -17,10 +17,7 @@ def _max_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= N * C * OH * OW:
         return
-    ox = t % OW
-    oy = (t // OW) % OH
-    c = (t // (OW * OH)) % C
-    n = t // (OW * OH * C)
+    n, c, oy, ox = unravel4(t, C, OH, OW)
     y_lo = max(oy * SH - PH, 0)
     y_hi = min(oy * SH - PH + KH, H)
     x_lo = max(ox * SW - PW, 0)
@@ -44,19 +41,13 @@ def _max_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= N * C * H * W:
         return
-    ix = t % W
-    iy = (t // W) % H
-    c = (t // (W * H)) % C
-    n = t // (W * H * C)
+    n, c, iy, ix = unravel4(t, C, H, W)
     me = iy * W + ix
-    # outputs whose window [o*S - P, o*S - P + K) contains this input
-    oy_lo = max(0, (iy + PH - KH) // SH + 1) if iy + PH - KH >= 0 else 0
-    ox_lo = max(0, (ix + PW - KW) // SW + 1) if ix + PW - KW >= 0 else 0
-    oy_hi = min(OH - 1, (iy + PH) // SH)
-    ox_hi = min(OW - 1, (ix + PW) // SW)
+    oy_lo, oy_hi = readers(iy, PH, KH, SH, OH)
+    ox_lo, ox_hi = readers(ix, PW, KW, SW, OW)
     s = 0.0
-    for oy in range(oy_lo, oy_hi + 1):
-        for ox in range(ox_lo, ox_hi + 1):
+    for oy in range(oy_lo, oy_hi):
+        for ox in range(ox_lo, ox_hi):
             if argmax[n, c, oy, ox] == me:
                 s += dout[n, c, oy, ox]
     dx[n, c, iy, ix] = s
@@ -69,10 +60,7 @@ def _avg_forward(out, x, KH, KW, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= N * C * OH * OW:
         return
-    ox = t % OW
-    oy = (t // OW) % OH
-    c = (t // (OW * OH)) % C
-    n = t // (OW * OH * C)
+    n, c, oy, ox = unravel4(t, C, OH, OW)
     s = 0.0
     for iy in range(max(oy * SH - PH, 0), min(oy * SH - PH + KH, H)):
         for ix in range(max(ox * SW - PW, 0), min(ox * SW - PW + KW, W)):
@@ -87,15 +75,12 @@ def _avg_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     t = cuda.grid(1)
     if t >= N * C * H * W:
         return
-    ix = t % W
-    iy = (t // W) % H
-    c = (t // (W * H)) % C
-    n = t // (W * H * C)
-    oy_lo = max(0, (iy + PH - KH) // SH + 1) if iy + PH - KH >= 0 else 0
-    ox_lo = max(0, (ix + PW - KW) // SW + 1) if ix + PW - KW >= 0 else 0
+    n, c, iy, ix = unravel4(t, C, H, W)
+    oy_lo, oy_hi = readers(iy, PH, KH, SH, OH)
+    ox_lo, ox_hi = readers(ix, PW, KW, SW, OW)
     s = 0.0
-    for oy in range(oy_lo, min(OH - 1, (iy + PH) // SH) + 1):
-        for ox in range(ox_lo, min(OW - 1, (ix + PW) // SW) + 1):
+    for oy in range(oy_lo, oy_hi):
+        for ox in range(ox_lo, ox_hi):
             s += dout[n, c, oy, ox]
     dx[n, c, iy, ix] = s / (KH * KW)
 
