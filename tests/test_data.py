@@ -11,7 +11,7 @@ import pytest
 from conftest import MNIST_DIR
 
 from numbacnn.data import DataError, load_csv, load_dataset, load_npz, read_idx, write_idx
-from numbacnn.download import DownloadError, download
+from numbacnn.data.download import DownloadError, download
 
 
 def make_images(n=30, side=6, seed=0):
@@ -236,3 +236,14 @@ def test_download_falls_back_to_next_mirror_and_never_keeps_bad_files(tmp_path):
             download("custom", str(tmp_path), mirrors=[bad.url], files=md5, retries=2, backoff=0,
                      log=lambda s: None)
     assert not (tmp_path / "a.gz").exists() and not (tmp_path / "a.gz.part").exists()
+
+
+def test_download_command_line_reports_failure_cleanly(tmp_path, capsys):
+    from numbacnn.data.download import main as download_main
+
+    with _Server({}) as srv:  # serves nothing: every file is a 404
+        rc = download_main(["download", "mnist", "--dir", str(tmp_path), "--mirror", srv.url,
+                            "--retries", "1"])
+    assert rc == 1
+    assert "could not download train-images-idx3-ubyte.gz" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

@@ -332,9 +332,3 @@ def iterate_minibatches(n: int, batch_size: int, rng: np.random.Generator | None
     order = rng.permutation(n) if rng is not None else np.arange(n)
     for lo in range(0, n, batch_size):
         yield order[lo:lo + batch_size]
-
-
-if __name__ == "__main__":  # pragma: no cover - thin wrapper, tested through download.main
-    from .download import main
-
-    raise SystemExit(main())
