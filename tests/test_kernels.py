@@ -139,3 +139,17 @@ def test_softmax_cross_entropy_matches_oracle_and_is_stable(rng):
     loss, d = nc.softmax_cross_entropy(big, np.array([0, 0]))
     assert np.isfinite(loss) and np.isfinite(d).all()
     assert loss == pytest.approx(1e4, rel=1e-6)  # example 1: log-prob of class 0 is -2e4
+
+
+@pytest.mark.parametrize("K,S", [(2, 2), (3, 2)])
+def test_maxpool2d_unpadded_fast_paths_fall_back_on_nan(rng, K, S):
+    x = f32(rng.standard_normal((2, 2, 6, 6)))
+    x[0, 1, 2, 3] = np.nan
+    x[1, 0, 0, 0] = np.nan
+    x[1, 0, 0, 1] = np.nan  # two NaN in one window: the first one wins
+    layer = nc.MaxPool2D(K, stride=S)
+    y = layer.forward(x, training=True)
+    ey, earg = ref.maxpool2d_forward(x, K, S, 0)
+    np.testing.assert_array_equal(layer._buffers["argmax"], earg)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ey))
+    np.testing.assert_array_equal(y[~np.isnan(y)], ey[~np.isnan(ey)])

@@ -21,54 +21,59 @@ def _out_range(k, P, S, in_size, out_size):
 def im2col(cols, x, KH, KW, SH, SW, PH, PW):
     """cols[(c, ky, kx), (oy, ox)] = x[c, oy*SH + ky - PH, ox*SW + kx - PW], zero where padded.
 
-    cols: (C*KH*KW, OH*OW); x: (C, H, W).
+    cols: (C*KH*KW, OH*OW); x: (C, H, W); both contiguous. Works on flat indices: slicing views
+    for every short row cost more than the copying itself.
     """
     C, H, W = x.shape
     OH = (H + 2 * PH - KH) // SH + 1
     OW = (W + 2 * PW - KW) // SW + 1
+    xf = x.reshape(C * H * W)
+    cf = cols.reshape(C * KH * KW * OH * OW)
     zero = np.float32(0.0)
     for c in range(C):
         for ky in range(KH):
             y_lo, y_hi = _out_range(ky, PH, SH, H, OH)
             for kx in range(KW):
-                row = cols[(c * KH + ky) * KW + kx]
                 x_lo, x_hi = _out_range(kx, PW, SW, W, OW)
+                r = ((c * KH + ky) * KW + kx) * OH * OW
                 for oy in range(OH):
-                    seg = row[oy * OW:(oy + 1) * OW]
+                    d = r + oy * OW
                     if oy < y_lo or oy >= y_hi:
-                        seg[:] = zero
+                        for ox in range(OW):
+                            cf[d + ox] = zero
                         continue
-                    src = x[c, oy * SH + ky - PH, x_lo * SW + kx - PW:]
+                    src = (c * H + oy * SH + ky - PH) * W + kx - PW
                     for ox in range(x_lo):
-                        seg[ox] = zero
-                    dst = seg[x_lo:x_hi]
-                    for j in range(x_hi - x_lo):
-                        dst[j] = src[j * SW]
+                        cf[d + ox] = zero
+                    for ox in range(x_lo, x_hi):
+                        cf[d + ox] = xf[src + ox * SW]
                     for ox in range(x_hi, OW):
-                        seg[ox] = zero
+                        cf[d + ox] = zero
 
 
 @kernel(parallel=False)
 def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
     """dx[c, iy, ix] = sum of dcols entries that im2col copied from (c, iy, ix); the adjoint of im2col.
 
-    dx: (C, H, W), overwritten; dcols: (C*KH*KW, OH*OW).
+    dx: (C, H, W), overwritten; dcols: (C*KH*KW, OH*OW); both contiguous.
     """
     C, H, W = dx.shape
     OH = (H + 2 * PH - KH) // SH + 1
     OW = (W + 2 * PW - KW) // SW + 1
-    dx[:] = np.float32(0.0)
+    xf = dx.reshape(C * H * W)
+    cf = dcols.reshape(C * KH * KW * OH * OW)
+    xf[:] = np.float32(0.0)
     for c in range(C):
         for ky in range(KH):
             y_lo, y_hi = _out_range(ky, PH, SH, H, OH)
             for kx in range(KW):
-                row = dcols[(c * KH + ky) * KW + kx]
                 x_lo, x_hi = _out_range(kx, PW, SW, W, OW)
+                r = ((c * KH + ky) * KW + kx) * OH * OW
                 for oy in range(y_lo, y_hi):
-                    dst = dx[c, oy * SH + ky - PH, x_lo * SW + kx - PW:]
-                    src = row[oy * OW + x_lo:oy * OW + x_hi]
-                    for j in range(x_hi - x_lo):
-                        dst[j * SW] += src[j]
+                    d = r + oy * OW
+                    dst = (c * H + oy * SH + ky - PH) * W + kx - PW
+                    for ox in range(x_lo, x_hi):
+                        xf[dst + ox * SW] += cf[d + ox]
 
 
 @kernel()

@@ -82,6 +82,43 @@ def _maxpool_plane_nopad(o, a, xp, KH, KW, SH, SW):
     return nan
 
 
+@kernel(parallel=False, fastmath=False)
+def _maxpool_plane_2x2(o, a, xp):
+    """The common 2x2, stride 2, unpadded case with the window unrolled; returns whether any input
+    was NaN (the caller then redoes the plane with the NaN-aware loop)."""
+    W = xp.shape[1]
+    OH, OW = o.shape
+    nan = False
+    for oy in range(OH):
+        r0 = xp[2 * oy]
+        r1 = xp[2 * oy + 1]
+        orow = o[oy]
+        arow = a[oy]
+        base0 = 2 * oy * W
+        base1 = base0 + W
+        for ox in range(OW):
+            i = 2 * ox
+            v0 = r0[i]
+            v1 = r0[i + 1]
+            v2 = r1[i]
+            v3 = r1[i + 1]
+            nan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3)
+            best = v0
+            bi = base0 + i
+            if v1 > best:
+                best = v1
+                bi = base0 + i + 1
+            if v2 > best:
+                best = v2
+                bi = base1 + i
+            if v3 > best:
+                best = v3
+                bi = base1 + i + 1
+            orow[ox] = best
+            arow[ox] = bi
+    return nan
+
+
 @kernel(fastmath=False)
 def maxpool2d_forward_nopad(out, argmax, x, KH, KW, SH, SW):
     """maxpool2d_forward without padding: every window lies inside the plane, so the loops need no
@@ -90,7 +127,11 @@ def maxpool2d_forward_nopad(out, argmax, x, KH, KW, SH, SW):
     for p in prange(N * C):  # one plane per iteration
         n = p // C
         c = p % C
-        if _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW):
+        if KH == 2 and KW == 2 and SH == 2 and SW == 2:
+            nan = _maxpool_plane_2x2(out[n, c], argmax[n, c], x[n, c])
+        else:
+            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW)
+        if nan:
             _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, 0, 0)
 
 
