@@ -232,12 +232,24 @@ class Conv2D(Layer):
         x = np.ascontiguousarray(x)
         n, _, oh, ow = out_shape
         kh, kw = self.kernel_size
-        _config.single_thread_kernel_blas()
         y = self._buf("y", out_shape)
+        self._x = x
+        if self.strategy == "direct":
+            K.conv2d_forward_direct(y, x, self.weight, self.bias, self.padding[0], self.fused_relu)
+            return y
+        _config.single_thread_kernel_blas()
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
         K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding,
                          self.fused_relu)
         return y
+
+    @property
+    def strategy(self) -> str:
+        """How the CPU forward runs: "direct" loops for narrow layers (<= 8 filters, stride 1, no
+        column padding, kernel width <= 5: measured 2.8x faster than BLAS on lenet5's first layer),
+        else "gemm" (im2col + one BLAS GEMM per example). The backward always uses GEMMs."""
+        narrow = self.out_channels <= 8 and self.kernel_size[1] <= 5
+        return "direct" if narrow and self.stride == (1, 1) and self.padding[1] == 0 else "gemm"
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
@@ -252,6 +264,15 @@ class Conv2D(Layer):
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
         oh, ow = dy.shape[2], dy.shape[3]
+        if self.strategy == "direct" and not need_dx:  # a first layer: weight gradients only
+            dw_parts = self._buf("dw_parts", (chunks,) + self.weight.shape)
+            db_parts = self._buf("db_parts", (chunks, self.out_channels))
+            K.conv2d_backward_direct(dw_parts, db_parts, self._buf("g_tmp", (chunks,) + dy.shape[1:]),
+                                     dy, self._x, self._buffers["y"], self.padding[0], _config.CHUNK,
+                                     self.fused_relu)
+            K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+            K.sum_chunks(self.dbias, db_parts)
+            return None
         dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
         db_parts = self._buf("db_parts", (chunks, self.out_channels))
@@ -259,9 +280,12 @@ class Conv2D(Layer):
         g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
                           else (chunks, 1, 1))
         dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-        K.conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dy, self._buffers["cols"],
+        cached = self.strategy == "gemm"
+        cols = self._buffers["cols"] if cached else self._buf("cols_ws", (chunks, ckk, oh * ow))
+        _config.single_thread_kernel_blas()
+        K.conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dy, cols, self._x,
                           self.weight, self._buffers["y"], *self.stride, *self.padding,
-                          _config.CHUNK, need_dx, self.fused_relu)
+                          _config.CHUNK, need_dx, self.fused_relu, cached)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
         K.sum_chunks(self.dbias, db_parts)
         return dx if need_dx else None

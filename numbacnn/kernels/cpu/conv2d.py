@@ -105,14 +105,16 @@ def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW, relu):
 
 
 @kernel()
-def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
-                    chunk, need_dx, relu):
+def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, x, w, y, SH, SW, PH, PW,
+                    chunk, need_dx, relu, cols_cached):
     """Gradients of conv2d_forward; chunk c writes dw_parts[c] and db_parts[c] (reduce them with
     sum_chunks). With relu, dout is first masked where the forward output y was not positive.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts, dw_tmp: (n_chunks, Co, Ci*KH*KW);
     db_parts: (n_chunks, Co); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace;
-    g_tmp: (n_chunks, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's cache.
+    g_tmp: (n_chunks, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
+    cache (N, Ci*KH*KW, OH*OW) when cols_cached, else a (n_chunks, ...) workspace that is filled
+    here from x (N, Ci, H, W) (after a direct forward, which builds no im2col matrices).
     """
     N = dout.shape[0]
     Co, Ci, KH, KW = w.shape
@@ -136,7 +138,12 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, w,
                 g = gm
             for co in range(Co):
                 dbc[co] += g[co].sum()
-            np.dot(g, cols[n].T, tmp)
+            if cols_cached:
+                cn = cols[n]
+            else:
+                cn = cols[c]
+                im2col(cn, x[n], KH, KW, SH, SW, PH, PW)
+            np.dot(g, cn.T, tmp)
             acc += tmp
             if need_dx:
                 np.dot(w2t, g, dcols[c])
