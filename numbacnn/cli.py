@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -113,6 +114,10 @@ def _print_confusion(m: np.ndarray) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for flag in ("data", "labels", "resume", "evaluate"):
+        path = getattr(args, flag)
+        if path and path != "digits" and not os.path.exists(path):
+            raise UsageError(f"--{flag}: {path}: no such file or directory")
     if args.device == "cuda":
         from .device import require_cuda
         require_cuda()
