@@ -80,10 +80,10 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 3) -> float:
 
 
 class _Ours:
-    def __init__(self, net_name: str, batch: int) -> None:
+    def __init__(self, net_name: str, batch: int, device: str = "cpu") -> None:
         import numbacnn as nc
 
-        self.net = nc.build_network(NETS[net_name], SHAPE, N_CLASSES, seed=0)
+        self.net = nc.build_network(NETS[net_name], SHAPE, N_CLASSES, seed=0).to(device)
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
@@ -101,7 +101,8 @@ class _Ours:
 
 
 class _Torch:
-    def __init__(self, net_name: str, batch: int, state: dict[str, np.ndarray]) -> None:
+    def __init__(self, net_name: str, batch: int, state: dict[str, np.ndarray],
+                 device: str = "cpu") -> None:
         import torch
 
         self.torch = torch
@@ -114,20 +115,29 @@ class _Torch:
                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10)]
         self.net = nn.Sequential(*layers)
         self.net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        self.net.to(device)
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
+        # like numbacnn, the batch starts on the host and is copied to the device every step
         self.x = torch.from_numpy(rng.random((batch,) + SHAPE, dtype=np.float32))
         self.y = torch.from_numpy(rng.integers(0, N_CLASSES, batch))
+        self.device = device
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
 
     def train_step(self) -> None:
         self.opt.zero_grad(set_to_none=True)
-        loss = self.torch.nn.functional.cross_entropy(self.net(self.x), self.y)
+        x, y = self.x.to(self.device), self.y.to(self.device)
+        loss = self.torch.nn.functional.cross_entropy(self.net(x), y)
         loss.backward()
         self.opt.step()
+        self._sync()
 
     def infer(self) -> None:
         with self.torch.inference_mode():
-            self.net(self.x)
+            self.net(self.x.to(self.device)).cpu()  # numbacnn returns host logits too
 
 
 def _set_threads(n: int, torch_mod=None) -> None:
@@ -139,13 +149,16 @@ def _set_threads(n: int, torch_mod=None) -> None:
 
 
 def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: float,
-                 use_torch: bool) -> dict[str, Any]:
-    """Interleaved timing of one (net, batch, threads) configuration."""
-    ours = _Ours(net_name, batch)
-    theirs = _Torch(net_name, batch, ours.net.state_dict()) if use_torch else None
+                 use_torch: bool, device: str = "cpu") -> dict[str, Any]:
+    """Interleaved timing of one (net, batch, threads) configuration.
+
+    On "cuda" every step returns host logits (numbacnn) or synchronises (PyTorch), so the blocks
+    time finished GPU work."""
+    ours = _Ours(net_name, batch, device)
+    theirs = _Torch(net_name, batch, ours.net.state_dict(), device) if use_torch else None
     _set_threads(threads, theirs.torch if theirs else None)
     fwd, train = flops_per_image(ours.net)
-    res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads,
+    res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
                            "flops_forward_per_image": fwd, "flops_train_per_image": train}
     for mode in ("train", "infer"):
         fns = [getattr(ours, "train_step" if mode == "train" else "infer")]
@@ -233,12 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block", type=float, default=0.3, help="seconds per timed block")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
     p.add_argument("--no-startup", action="store_true", help="skip compile-time/memory runs")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: numbacnn's numba.cuda kernels against PyTorch on the same GPU")
     p.add_argument("--json", metavar="FILE", help="write all results as JSON")
     args = p.parse_args(argv)
 
     import numba
 
     from . import _config
+    from .device import check_device
+
+    check_device(args.device)
 
     max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     threads = [int(t) for t in args.threads.split(",")] if args.threads else \
@@ -268,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     for net in nets:
         for b in batches:
             for t in threads:
-                r = bench_config(net, b, t, args.rounds, args.block, use_torch)
+                r = bench_config(net, b, t, args.rounds, args.block, use_torch, args.device)
                 r["matmul_peak_gflops"] = peaks[t]
                 r["train_fraction_of_peak"] = r["train_gflops"] / peaks[t]
                 results.append(r)
@@ -281,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
     _config.set_num_threads(None)
     startup = {}
-    if not args.no_startup:
+    if not args.no_startup and args.device == "cpu":
         for net in nets:
             startup[net] = startup_and_memory(net, 128, max_threads, use_torch)
             s = startup[net]
