@@ -15,7 +15,6 @@ from . import _config
 from .arch import DEFAULT_ARCH, build_network
 from .data import stratified_split
 from .device import check_device
-from .network import Sequential
 from .optimizers import make_optimizer
 from .training import Trainer, evaluate
 
@@ -286,4 +285,4 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         return tags
 
 
-__all__ = ["CNNClassifier", "Sequential"]
+__all__ = ["CNNClassifier"]

@@ -325,10 +325,3 @@ def write_idx(path: str, array: np.ndarray) -> None:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "wb") as f:
         f.write(payload)
-
-
-def iterate_minibatches(n: int, batch_size: int, rng: np.random.Generator | None):
-    """Index arrays of successive mini-batches over a permutation (rng) or in order (None)."""
-    order = rng.permutation(n) if rng is not None else np.arange(n)
-    for lo in range(0, n, batch_size):
-        yield order[lo:lo + batch_size]

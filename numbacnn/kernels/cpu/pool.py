@@ -10,15 +10,19 @@ from ..._config import kernel
 
 
 @kernel(parallel=False, fastmath=False)
+def _window(o, S, P, K, size):
+    """Input range [lo, hi) of output position o's window, clipped to the plane (padding excluded)."""
+    return max(o * S - P, 0), min(o * S - P + K, size)
+
+
+@kernel(parallel=False, fastmath=False)
 def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
     H, W = xp.shape
     OH, OW = o.shape
     for oy in range(OH):
-        y_lo = max(oy * SH - PH, 0)
-        y_hi = min(oy * SH - PH + KH, H)
+        y_lo, y_hi = _window(oy, SH, PH, KH, H)
         for ox in range(OW):
-            x_lo = max(ox * SW - PW, 0)
-            x_hi = min(ox * SW - PW + KW, W)
+            x_lo, x_hi = _window(ox, SW, PW, KW, W)
             best = xp[y_lo, x_lo]
             best_i = y_lo * W + x_lo
             for iy in range(y_lo, y_hi):
@@ -169,11 +173,9 @@ def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
         c = p % C
         xp = x[n, c]
         for oy in range(OH):
-            y_lo = max(oy * SH - PH, 0)
-            y_hi = min(oy * SH - PH + KH, H)
+            y_lo, y_hi = _window(oy, SH, PH, KH, H)
             for ox in range(OW):
-                x_lo = max(ox * SW - PW, 0)
-                x_hi = min(ox * SW - PW + KW, W)
+                x_lo, x_hi = _window(ox, SW, PW, KW, W)
                 s = np.float32(0.0)
                 for iy in range(y_lo, y_hi):
                     for ix in range(x_lo, x_hi):
@@ -193,11 +195,9 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
         d = dx[n, c]
         d[:] = np.float32(0.0)
         for oy in range(OH):
-            y_lo = max(oy * SH - PH, 0)
-            y_hi = min(oy * SH - PH + KH, H)
+            y_lo, y_hi = _window(oy, SH, PH, KH, H)
             for ox in range(OW):
-                x_lo = max(ox * SW - PW, 0)
-                x_hi = min(ox * SW - PW + KW, W)
+                x_lo, x_hi = _window(ox, SW, PW, KW, W)
                 g = dout[n, c, oy, ox] * scale
                 for iy in range(y_lo, y_hi):
                     for ix in range(x_lo, x_hi):
