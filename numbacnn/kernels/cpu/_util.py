@@ -22,7 +22,9 @@ def sum_chunks(out, parts):
         lo = blk * block
         hi = min(M, lo + block)
         dst = out[lo:hi]
-        dst[:] = parts[0, lo:hi]
+        first = parts[0, lo:hi]
+        for i in range(hi - lo):
+            dst[i] = first[i]
         for c in range(1, n_parts):
             src = parts[c, lo:hi]
             for i in range(hi - lo):

@@ -120,12 +120,17 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, x,
     Co, Ci, KH, KW = w.shape
     OHW = dout.shape[2] * dout.shape[3]
     w2t = w.reshape(Co, Ci * KH * KW).T
+    ckk = Ci * KH * KW
     zero = np.float32(0.0)
+    # explicit loops rather than array expressions in this prange body: those would become nested
+    # parallel loops and cost seconds of compile time
     for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts, workspaces and dx[n]
         acc = dw_parts[c]
-        acc[:] = zero
         dbc = db_parts[c]
-        dbc[:] = zero
+        for co in range(Co):
+            dbc[co] = zero
+            for k in range(ckk):
+                acc[co, k] = zero
         tmp = dw_tmp[c]
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
             g = dout[n].reshape(Co, OHW)
@@ -137,14 +142,19 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, x,
                         gm[co, j] = g[co, j] if yn[co, j] > zero else zero
                 g = gm
             for co in range(Co):
-                dbc[co] += g[co].sum()
+                s = zero
+                for j in range(OHW):
+                    s += g[co, j]
+                dbc[co] += s
             if cols_cached:
                 cn = cols[n]
             else:
                 cn = cols[c]
                 im2col(cn, x[n], KH, KW, SH, SW, PH, PW)
             np.dot(g, cn.T, tmp)
-            acc += tmp
+            for co in range(Co):
+                for k in range(ckk):
+                    acc[co, k] += tmp[co, k]
             if need_dx:
                 np.dot(w2t, g, dcols[c])
                 col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)

@@ -1,5 +1,6 @@
-"""Direct 2-D convolution forward for narrow layers (few channels), where im2col GEMMs are too
-small for BLAS to be efficient: stride 1, no padding along W, kernel widths up to 5 unrolled."""
+"""Direct 2-D convolution for narrow layers (few channels), where im2col GEMMs are too small for
+BLAS to be efficient: stride 1, no padding along W; 5-wide kernels have their taps unrolled (other
+widths take a plain tap loop: each unrolled width costs about a second of cold compile time)."""
 import numpy as np
 from numba import prange
 
@@ -10,7 +11,7 @@ from ..._config import kernel
 def conv2d_forward_direct(out, x, w, b, PH, relu):
     """out = conv(x, w) + b (max(., 0) when relu), stride 1, padding PH rows, no column padding.
 
-    Each kernel row is applied to a whole output row in one pass with its taps unrolled, so the
+    Each kernel row is applied to a whole output row in one pass (taps unrolled when KW == 5), so the
     inner loop is a vectorisable sum of KW products. out: (N, Co, OH, OW); x: (N, Ci, H, W);
     w: (Co, Ci, KH, KW); b: (Co,).
     """
@@ -23,7 +24,8 @@ def conv2d_forward_direct(out, x, w, b, PH, relu):
         co = p % Co
         for oy in range(OH):
             o = out[n, co, oy]
-            o[:] = b[co]
+            for ox in range(OW):
+                o[ox] = b[co]
             for ci in range(Ci):
                 for ky in range(KH):
                     iy = oy + ky - PH
@@ -36,10 +38,6 @@ def conv2d_forward_direct(out, x, w, b, PH, relu):
                         for ox in range(OW):
                             o[ox] += (w0 * r[ox] + w1 * r[ox + 1] + w2 * r[ox + 2] + w3 * r[ox + 3]
                                       + w4 * r[ox + 4])
-                    elif KW == 3:
-                        w0, w1, w2 = k[0], k[1], k[2]
-                        for ox in range(OW):
-                            o[ox] += w0 * r[ox] + w1 * r[ox + 1] + w2 * r[ox + 2]
                     else:
                         for kx in range(KW):
                             wv = k[kx]
@@ -66,22 +64,26 @@ def conv2d_backward_direct(dw_parts, db_parts, g_tmp, dout, x, y, PH, chunk, rel
     zero = np.float32(0.0)
     for c in prange((N + chunk - 1) // chunk):  # each chunk writes its own parts and workspace
         dw = dw_parts[c]
-        dw[...] = zero
         db = db_parts[c]
-        db[:] = zero
         g = g_tmp[c]
+        # explicit loops, not array expressions: inside prange those become nested parallel
+        # loops that cost seconds of compile time
+        for co in range(Co):
+            db[co] = zero
+            for ci in range(Ci):
+                for ky in range(KH):
+                    for kx in range(KW):
+                        dw[co, ci, ky, kx] = zero
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
             for co in range(Co):
                 for oy in range(OH):
                     src = dout[n, co, oy]
                     dst = g[co, oy]
-                    if relu:
-                        yr = y[n, co, oy]
-                        for ox in range(OW):
-                            dst[ox] = src[ox] if yr[ox] > zero else zero
-                    else:
-                        dst[:] = src
-                db[co] += g[co].sum()
+                    yr = y[n, co, oy]
+                    for ox in range(OW):
+                        v = src[ox] if (not relu or yr[ox] > zero) else zero
+                        dst[ox] = v
+                        db[co] += v
                 for ci in range(Ci):
                     for ky in range(KH):
                         for oy in range(OH):
@@ -105,16 +107,6 @@ def conv2d_backward_direct(dw_parts, db_parts, g_tmp, dout, x, y, PH, chunk, rel
                                 d[2] += s2
                                 d[3] += s3
                                 d[4] += s4
-                            elif KW == 3:
-                                s0 = s1 = s2 = zero
-                                for ox in range(OW):
-                                    gv = gr[ox]
-                                    s0 += gv * r[ox]
-                                    s1 += gv * r[ox + 1]
-                                    s2 += gv * r[ox + 2]
-                                d[0] += s0
-                                d[1] += s1
-                                d[2] += s2
                             else:
                                 for kx in range(KW):
                                     s = zero

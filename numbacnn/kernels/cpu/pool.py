@@ -151,7 +151,8 @@ def maxpool2d_backward(dx, dout, argmax):
         n = p // C
         c = p % C
         d = dx[n, c].reshape(H * W)
-        d[:] = np.float32(0.0)
+        for i in range(H * W):  # a loop, not d[:] = 0: no nested parallel loop to compile
+            d[i] = np.float32(0.0)
         a = argmax[n, c]
         g = dout[n, c]
         for oy in range(OH):
@@ -193,7 +194,9 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
         n = p // C
         c = p % C
         d = dx[n, c]
-        d[:] = np.float32(0.0)
+        for iy in range(H):
+            for ix in range(W):
+                d[iy, ix] = np.float32(0.0)
         for oy in range(OH):
             y_lo, y_hi = _window(oy, SH, PH, KH, H)
             for ox in range(OW):
