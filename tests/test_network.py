@@ -157,8 +157,10 @@ def test_a_few_sgd_steps_reduce_the_loss(rng):
     assert all(b < a for a, b in zip(losses[:5], losses[1:6])), losses
 
 
-def test_results_identical_across_thread_counts(rng):
-    """Chunked gradients reduced in a fixed order: the thread count does not change any bit."""
+@pytest.mark.parametrize("make", [lenet, lambda seed: nc.build_network("lenet5", (1, 28, 28), 10, seed=seed)])
+def test_results_identical_across_thread_counts(rng, make):
+    """Chunked gradients reduced in a fixed order: the thread count does not change any bit
+    (GEMM convolutions, and the direct first layer of the lenet5 preset)."""
     x = f32(rng.random((40, 1, 28, 28)))
     y = rng.integers(0, 10, 40)
     results = []
@@ -166,7 +168,7 @@ def test_results_identical_across_thread_counts(rng):
     try:
         for threads in (1, nc.set_num_threads(None)):
             nc.set_num_threads(threads)
-            net = lenet(seed=5)
+            net = make(seed=5)
             opt = nc.Adam(net, lr=1e-3)
             for _ in range(3):
                 _one_step(net, x, y)
