@@ -20,7 +20,7 @@ def test_matches_pytorch_gradients_and_steps():
     y = rng.integers(0, 10, 20)
     opt = nc.Adam(net, lr=1e-2, weight_decay=1e-3)
     topt = torch.optim.Adam(tnet.parameters(), lr=1e-2, weight_decay=1e-3)
-    for _ in range(5):
+    for step in range(5):
         loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
         dx = net.backward(d)
         xt = torch.from_numpy(x).requires_grad_(True)
@@ -29,8 +29,11 @@ def test_matches_pytorch_gradients_and_steps():
         tloss.backward()
         assert loss == pytest.approx(tloss.item(), rel=1e-5)
         np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-4, atol=1e-7)
+        # identical weights at step 0: tight; later steps follow two float32 trajectories that
+        # drift apart by rounding (an Adam step amplifies tiny differences), so allow more
+        rtol, atol = (1e-4, 1e-6) if step == 0 else (1e-3, 1e-5)
         for (k, g), (_, p) in zip(net.grad_dict().items(), tnet.named_parameters()):
-            np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=k)
+            np.testing.assert_allclose(g, p.grad.numpy(), rtol=rtol, atol=atol, err_msg=k)
         opt.step()
         topt.step()
     for k, v in net.state_dict().items():

@@ -13,6 +13,12 @@ def unravel4(t, d1, d2, d3):
 
 
 @cuda.jit(device=True)
+def window(o, S, P, K, size):
+    """Input range [lo, hi) of output position o's window, clipped to the plane (padding excluded)."""
+    return max(o * S - P, 0), min(o * S - P + K, size)
+
+
+@cuda.jit(device=True)
 def readers(i, P, K, S, n_out):
     """Output positions o in [lo, hi) whose window [o*S - P, o*S - P + K) contains input i."""
     return max(0, (i + P - K) // S + 1), min(n_out, (i + P) // S + 1)

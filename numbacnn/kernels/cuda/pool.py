@@ -7,7 +7,7 @@ windows accumulate without races or atomics. Same tie, padding and NaN rules as 
 
 from numba import cuda
 
-from ._launch import grid, readers, unravel4
+from ._launch import grid, readers, unravel4, window
 
 
 @cuda.jit
@@ -18,10 +18,8 @@ def _max_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     if t >= N * C * OH * OW:
         return
     n, c, oy, ox = unravel4(t, C, OH, OW)
-    y_lo = max(oy * SH - PH, 0)
-    y_hi = min(oy * SH - PH + KH, H)
-    x_lo = max(ox * SW - PW, 0)
-    x_hi = min(ox * SW - PW + KW, W)
+    y_lo, y_hi = window(oy, SH, PH, KH, H)
+    x_lo, x_hi = window(ox, SW, PW, KW, W)
     best = x[n, c, y_lo, x_lo]
     best_i = y_lo * W + x_lo
     for iy in range(y_lo, y_hi):
@@ -61,9 +59,11 @@ def _avg_forward(out, x, KH, KW, SH, SW, PH, PW):
     if t >= N * C * OH * OW:
         return
     n, c, oy, ox = unravel4(t, C, OH, OW)
+    y_lo, y_hi = window(oy, SH, PH, KH, H)
+    x_lo, x_hi = window(ox, SW, PW, KW, W)
     s = 0.0
-    for iy in range(max(oy * SH - PH, 0), min(oy * SH - PH + KH, H)):
-        for ix in range(max(ox * SW - PW, 0), min(ox * SW - PW + KW, W)):
+    for iy in range(y_lo, y_hi):
+        for ix in range(x_lo, x_hi):
             s += x[n, c, iy, ix]
     out[n, c, oy, ox] = s / (KH * KW)
 
