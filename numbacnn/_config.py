@@ -58,5 +58,10 @@ def set_num_threads(n: int | None) -> int:
     return numba.get_num_threads()
 
 
+def max_threads() -> int:
+    """Upper bound of numba's thread ids: the row count of per-thread kernel workspaces."""
+    return int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+
+
 def get_num_threads() -> int:
     return numba.get_num_threads()

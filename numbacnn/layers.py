@@ -234,8 +234,17 @@ class Conv2D(Layer):
         kh, kw = self.kernel_size
         y = self._buf("y", out_shape)
         self._x = x
-        if self.strategy == "direct":
-            K.conv2d_forward_direct(y, x, self.weight, self.bias, self.padding[0], self.fused_relu)
+        if self.strategy == "wide":
+            ph, pw = self.padding
+            wide = (oh - 1) * (x.shape[3] + 2 * pw) + ow
+            slots = _config.max_threads()
+            padded = ph > 0 or pw > 0
+            xpad = self._buf("xpad", (slots, self.in_channels, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw)
+                             if padded else (1, 1, 1, 1))
+            cols = self._buf("cols", (n if training else slots, self.in_channels * kh * kw, wide))
+            K.conv2d_forward_wide(y, self._buf("yw", (slots, self.out_channels, wide)), cols, xpad, x,
+                                  self.weight, self.bias, ph, pw, self.fused_relu, training)
+            self._cols_cached = training
             return y
         _config.single_thread_kernel_blas()
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
@@ -245,11 +254,13 @@ class Conv2D(Layer):
 
     @property
     def strategy(self) -> str:
-        """How the CPU forward runs: "direct" loops for narrow layers (<= 8 filters, stride 1, no
-        column padding, kernel width <= 5: measured 2.8x faster than BLAS on lenet5's first layer),
-        else "gemm" (im2col + one BLAS GEMM per example). The backward always uses GEMMs."""
-        narrow = self.out_channels <= 8 and self.kernel_size[1] <= 5
-        return "direct" if narrow and self.stride == (1, 1) and self.padding[1] == 0 else "gemm"
+        """How the CPU kernels run; the one place where it is chosen.
+
+        "wide" (stride 1, any padding): im2col by whole-row copies over the padded input width and
+        one GEMM per example (kernels/cpu/conv2d_wide.py). "gemm" (strided): im2col with a gather
+        and one GEMM per example (kernels/cpu/conv2d.py).
+        """
+        return "wide" if self.stride == (1, 1) else "gemm"
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
@@ -264,15 +275,26 @@ class Conv2D(Layer):
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
         oh, ow = dy.shape[2], dy.shape[3]
-        if self.strategy == "direct" and not need_dx:  # a first layer: weight gradients only
-            dw_parts = self._buf("dw_parts", (chunks,) + self.weight.shape)
+        if self.strategy == "wide":
+            if not getattr(self, "_cols_cached", False):
+                raise RuntimeError(f"{self._label()}: backward needs a forward with training=True")
+            ph, pw = self.padding
+            h, w = self._x.shape[2], self._x.shape[3]
+            wide = (oh - 1) * (w + 2 * pw) + ow
+            padded = ph > 0 or pw > 0
+            dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
+            dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
             db_parts = self._buf("db_parts", (chunks, self.out_channels))
-            K.conv2d_backward_direct(dw_parts, db_parts, self._buf("g_tmp", (chunks,) + dy.shape[1:]),
-                                     dy, self._x, self._buffers["y"], self.padding[0], _config.CHUNK,
-                                     self.fused_relu)
+            K.conv2d_backward_wide(
+                dx, dw_parts, db_parts, self._buf("gw", (chunks, self.out_channels, wide)),
+                self._buf("dcols", (chunks, ckk, wide) if need_dx else (chunks, 1, 1)),
+                self._buf("dpad", (chunks, self.in_channels, h + 2 * ph, w + 2 * pw)
+                          if padded and need_dx else (chunks, 1, 1, 1)),
+                dy, self._buffers["cols"], self.weight, self._buffers["y"], ph, pw, _config.CHUNK,
+                need_dx, self.fused_relu)
             K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
             K.sum_chunks(self.dbias, db_parts)
-            return None
+            return dx if need_dx else None
         dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
         dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
         db_parts = self._buf("db_parts", (chunks, self.out_channels))
@@ -280,8 +302,8 @@ class Conv2D(Layer):
         g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
                           else (chunks, 1, 1))
         dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-        cached = self.strategy == "gemm"
-        cols = self._buffers["cols"] if cached else self._buf("cols_ws", (chunks, ckk, oh * ow))
+        cached = True
+        cols = self._buffers["cols"]
         _config.single_thread_kernel_blas()
         K.conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dy, cols, self._x,
                           self.weight, self._buffers["y"], *self.stride, *self.padding,

@@ -15,9 +15,11 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (2, 2, 7, 7, 3, 4, 3, 1),
     (17, 2, 5, 6, 3, 3, 1, 1),  # more examples than one gradient chunk
     (2, 2, 1, 9, 3, (1, 3), (1, 2), (0, 1)),  # non-square kernel, stride and padding (1-row input)
-    (2, 2, 6, 7, 3, (3, 5), 1, (1, 0)),  # direct forward, 5 taps unrolled, padded rows only
-    (18, 1, 6, 8, 2, (2, 4), 1, 0),  # direct forward, generic tap loop
-    (2, 3, 9, 9, 6, 5, 1, 0),  # direct forward, lenet-like
+    (2, 2, 6, 7, 3, (3, 5), 1, (1, 0)),  # wide rows, padded rows only
+    (2, 2, 6, 7, 3, (3, 2), 1, (0, 2)),  # wide rows, padded columns only, even kernel width
+    (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, two gradient chunks
+    (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
+    (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
 ]
 
 
@@ -26,10 +28,11 @@ def _pad(p, k):
 
 
 def test_conv_strategy_is_chosen_per_layer_shape():
-    assert nc.Conv2D(1, 6, 5).strategy == "direct"  # lenet5's first layer
-    assert nc.Conv2D(6, 16, 5).strategy == "gemm"
-    assert nc.Conv2D(32, 64, 3).strategy == "gemm"
-    assert nc.Conv2D(1, 6, 5, padding=2).strategy == "gemm"  # column padding: im2col handles it
+    assert nc.Conv2D(1, 6, 5).strategy == "wide"
+    assert nc.Conv2D(32, 64, 3).strategy == "wide"
+    assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
+    assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
+    assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
@@ -165,21 +168,21 @@ def test_maxpool2d_unpadded_fast_paths_fall_back_on_nan(rng, K, S):
     np.testing.assert_array_equal(y[~np.isnan(y)], ey[~np.isnan(ey)])
 
 
-@pytest.mark.parametrize("Ci,K,P,relu", [(1, 5, 0, False), (2, 3, (1, 0), True), (1, (2, 4), 0, True)])
-def test_direct_first_layer_weight_gradients_match_oracle(rng, Ci, K, P, relu):
-    """The direct strategy's weight-only backward (need_dx=False), with and without a fused ReLU."""
-    layer = nc.Conv2D(Ci, 4, K, padding=P).initialize(rng)
-    assert layer.strategy == "direct"
+@pytest.mark.parametrize("Ci,K,S,P,relu", [(1, 5, 1, 0, False), (2, 3, 1, (1, 0), True),
+                                          (1, (2, 4), 1, 0, True), (2, 3, 2, 1, True)])
+def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
+    """The weight-only backward of a first layer (need_dx=False), with and without a fused ReLU."""
+    layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
     layer.fused_relu = relu
     x = f32(rng.standard_normal((19, Ci, 9, 10)))  # 19 examples: two gradient chunks
     y = layer.forward(x, training=True)
-    ref_y = ref.conv2d_forward(x, layer.weight, layer.bias, 1, P)
+    ref_y = ref.conv2d_forward(x, layer.weight, layer.bias, S, P)
     dout = f32(rng.standard_normal(y.shape))
     if relu:
         ref_y = np.maximum(ref_y, 0)
     np.testing.assert_allclose(y, ref_y, rtol=1e-4, atol=1e-4)
     assert layer.backward(dout, need_dx=False) is None
     g = np.where(ref_y > 0, dout, 0) if relu else dout
-    _, rdw, rdb = ref.conv2d_backward(g, x, layer.weight, 1, P)
+    _, rdw, rdb = ref.conv2d_backward(g, x, layer.weight, S, P)
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)

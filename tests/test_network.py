@@ -157,10 +157,16 @@ def test_a_few_sgd_steps_reduce_the_loss(rng):
     assert all(b < a for a, b in zip(losses[:5], losses[1:6])), losses
 
 
-@pytest.mark.parametrize("make", [lenet, lambda seed: nc.build_network("lenet5", (1, 28, 28), 10, seed=seed)])
+def strided(seed=0):
+    return nc.Sequential([nc.Conv2D(1, 4, 3, stride=2), nc.ReLU(), nc.Conv2D(4, 8, 3), nc.ReLU(),
+                          nc.Flatten(), nc.Dense(8 * 11 * 11, 10)], seed=seed)
+
+
+@pytest.mark.parametrize("make", [lenet, strided,
+                                  lambda seed: nc.build_network("lenet5", (1, 28, 28), 10, seed=seed)])
 def test_results_identical_across_thread_counts(rng, make):
     """Chunked gradients reduced in a fixed order: the thread count does not change any bit
-    (GEMM convolutions, and the direct first layer of the lenet5 preset)."""
+    (strided and stride-1 convolutions)."""
     x = f32(rng.random((40, 1, 28, 28)))
     y = rng.integers(0, 10, 40)
     results = []

@@ -1,4 +1,5 @@
-"""2-D convolution (NCHW, float32): im2col plus one BLAS GEMM per example, forward and backward.
+"""Strided 2-D convolution (NCHW, float32): im2col plus one BLAS GEMM per example, forward and
+backward. Stride-1 layers use conv2d_wide.py instead.
 
 Weight gradients are accumulated per chunk of examples and reduced in chunk order (no races).
 """

@@ -1,0 +1,50 @@
+"""Per-layer forward/backward time of one training step: ``python benchmarks/profile_layers.py``.
+
+Usage: python benchmarks/profile_layers.py [net] [batch] [threads]
+Prints milliseconds per layer (median of repeated runs) so that kernel work can be aimed where
+the time goes. Not part of the package: a developer's tool.
+"""
+import sys
+import time
+
+import numpy as np
+
+from numbacnn import _config
+from numbacnn.arch import build_network
+
+
+def main() -> None:
+    net_name = sys.argv[1] if len(sys.argv) > 1 else "mnistcnn"
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 128
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    _config.set_num_threads(threads)
+    net = build_network(net_name, (1, 28, 28), 10, seed=0)
+    x = np.random.default_rng(0).random((batch, 1, 28, 28), dtype=np.float32)
+    reps = 30
+    fwd = np.zeros((reps, len(net.layers)))
+    bwd = np.zeros((reps, len(net.layers)))
+    for r in range(reps + 3):
+        h = x
+        for i, layer in enumerate(net.layers):
+            t0 = time.perf_counter()
+            h = layer.forward(h, training=True)
+            if r >= 3:
+                fwd[r - 3, i] = time.perf_counter() - t0
+        g = np.ones_like(h) / h.size
+        for i in range(len(net.layers) - 1, -1, -1):
+            t0 = time.perf_counter()
+            g = net.layers[i].backward(g, need_dx=i > 0)
+            if r >= 3:
+                bwd[r - 3, i] = time.perf_counter() - t0
+    f = np.median(fwd, 0) * 1e3
+    b = np.median(bwd, 0) * 1e3
+    print(f"{net_name} batch {batch} threads {threads}: ms per layer (median of {reps})")
+    for i, layer in enumerate(net.layers):
+        strat = getattr(layer, "strategy", "")
+        print(f"  {i:2d} {layer!r:28s} {strat:7s} fwd {f[i]:7.3f}  bwd {b[i]:7.3f}")
+    total = f.sum() + b.sum()
+    print(f"  total fwd {f.sum():.3f} bwd {b.sum():.3f} = {total:.3f} ms -> {batch / total * 1e3:.0f} img/s")
+
+
+if __name__ == "__main__":
+    main()
