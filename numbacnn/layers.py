@@ -451,9 +451,8 @@ class Dense(Layer):
             self._x = x
             self._K.dense_forward(y, x, self.weight, self.bias)
             return y
-        _config.single_thread_kernel_blas()
         self._x = np.ascontiguousarray(x)
-        K.dense_forward(y, self._x, self.weight, self.bias, _config.CHUNK)
+        K.dense_forward(y, self._x, self.weight, self.bias)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -463,11 +462,8 @@ class Dense(Layer):
             dx = self._buf("dx", self._input()) if need_dx else None
             self._K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
             return dx
-        chunks = -(-n // _config.CHUNK)
         dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1))
-        dw_parts = self._buf("dw_parts", (chunks, self.out_features, self.in_features))
-        K.dense_backward(dx, dw_parts, self.dbias, dy, self._x, self.weight, _config.CHUNK, need_dx)
-        K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+        K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
         return dx if need_dx else None
 
     def get_config(self) -> dict[str, Any]:
