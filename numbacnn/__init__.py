@@ -3,13 +3,20 @@ from ._config import get_num_threads, set_num_threads
 from .arch import PRESETS, ArchitectureError, build_network, parse_architecture
 from .checkpoint import CheckpointError, load, load_checkpoint, save
 from .data import DataError, Dataset, load_dataset
-from .estimator import CNNClassifier
 from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
 from .network import Sequential, softmax_cross_entropy
 from .optimizers import SGD, Adam, Optimizer, RMSProp, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # scikit-learn takes ~0.7 s to import: load the estimator only when it is asked for
+    if name == "CNNClassifier":
+        from .estimator import CNNClassifier
+        return CNNClassifier
+    raise AttributeError(f"module 'numbacnn' has no attribute {name!r}")
 
 __all__ = [
     "CNNClassifier", "PRESETS", "ArchitectureError", "CheckpointError", "DataError", "Dataset",

@@ -200,6 +200,10 @@ class Conv2D(Layer):
         self._padding_arg = padding
         # set by Sequential when a ReLU follows: the ReLU is applied inside this layer's kernels
         self.fused_relu = False
+        # set by Sequential (CPU, "wide" strategy) when ReLU and a non-overlapping unpadded
+        # MaxPool2D follow: (pool_h, pool_w); forward then returns the pooled output and the
+        # backward takes the pooled gradient, while those two layers pass values through
+        self.fused_pool: tuple[int, int] | None = None
 
     def param_shapes(self) -> dict[str, Shape]:
         kh, kw = self.kernel_size
@@ -232,7 +236,6 @@ class Conv2D(Layer):
         x = np.ascontiguousarray(x)
         n, _, oh, ow = out_shape
         kh, kw = self.kernel_size
-        y = self._buf("y", out_shape)
         self._x = x
         if self.strategy == "wide":
             ph, pw = self.padding
@@ -242,11 +245,23 @@ class Conv2D(Layer):
             xpad = self._buf("xpad", (slots, self.in_channels, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw)
                              if padded else (1, 1, 1, 1))
             cols = self._buf("cols", (n if training else slots, self.in_channels * kh * kw, wide))
-            K.conv2d_forward_wide(y, self._buf("yw", (slots, self.out_channels, wide)), cols, xpad, x,
-                                  self.weight, self.bias, ph, pw, self.fused_relu, training)
+            pk = self.fused_pool or (0, 0)
+            if self.fused_pool:
+                if oh < pk[0] or ow < pk[1]:
+                    raise ValueError(f"{self._label()}: output {oh}x{ow} is smaller than the "
+                                     f"following max pool's window {pk[0]}x{pk[1]}")
+                y = self._buf("y", (n, self.out_channels, oh // pk[0], ow // pk[1]))
+                argmax = self._buf("pool_argmax", y.shape, np.int32)
+            else:
+                y = self._buf("y", out_shape)
+                argmax = self._buf("pool_argmax", (1, 1, 1, 1), np.int32)
+            K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)), cols,
+                                  xpad, x, self.weight, self.bias, ph, pw, self.fused_relu, *pk,
+                                  training)
             self._cols_cached = training
             return y
         _config.single_thread_kernel_blas()
+        y = self._buf("y", out_shape)
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
         K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding,
                          self.fused_relu)
@@ -274,7 +289,7 @@ class Conv2D(Layer):
         kh, kw = self.kernel_size
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
-        oh, ow = dy.shape[2], dy.shape[3]
+        oh, ow = self.output_shape(self._in_shape[1:])[1:] if self._in_shape else (0, 0)
         if self.strategy == "wide":
             if not getattr(self, "_cols_cached", False):
                 raise RuntimeError(f"{self._label()}: backward needs a forward with training=True")
@@ -290,8 +305,8 @@ class Conv2D(Layer):
                 self._buf("dcols", (chunks, ckk, wide) if need_dx else (chunks, 1, 1)),
                 self._buf("dpad", (chunks, self.in_channels, h + 2 * ph, w + 2 * pw)
                           if padded and need_dx else (chunks, 1, 1, 1)),
-                dy, self._buffers["cols"], self.weight, self._buffers["y"], ph, pw, _config.CHUNK,
-                need_dx, self.fused_relu)
+                dy, self._buffers["cols"], self.weight, self._buffers["y"], self._buffers["pool_argmax"],
+                oh, ow, ph, pw, _config.CHUNK, need_dx, self.fused_relu, self.fused_pool is not None)
             K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
             K.sum_chunks(self.dbias, db_parts)
             return dx if need_dx else None
@@ -367,9 +382,18 @@ class _Pool2D(Layer):
 
 
 class MaxPool2D(_Pool2D):
-    """Max pooling as ``torch.nn.MaxPool2d``; caches each example's argmax for the backward."""
+    """Max pooling as ``torch.nn.MaxPool2d``; caches each example's argmax for the backward.
+
+    In a Sequential after Conv2D and ReLU (CPU), the convolution may pool in its epilogue
+    (``Conv2D.fused_pool``); this layer then passes values and gradients through (``fused``).
+    """
+
+    fused = False
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        if self.fused:
+            self._in_shape = tuple(x.shape)
+            return x
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
@@ -384,6 +408,9 @@ class MaxPool2D(_Pool2D):
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        if self.fused:
+            dy = self._check_grad(dy, self._in_shape or ())
+            return dy if need_dx else None
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         if not need_dx:
             return None

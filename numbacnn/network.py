@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .kernels import cpu as K
-from .layers import Conv2D, Layer, ReLU, Shape
+from .layers import Conv2D, Layer, MaxPool2D, ReLU, Shape
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 
@@ -70,16 +70,32 @@ class Sequential:
         for layer in self.layers:
             layer.device = device
             layer._buffers = {}
+        self._fuse()
         self._bind_views()
         self._can_backward = False
         return self
 
     def _fuse(self) -> None:
-        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through)."""
-        for layer, nxt in zip(self.layers, self.layers[1:]):
-            if isinstance(layer, Conv2D) and isinstance(nxt, ReLU):
-                layer.fused_relu = True
-                nxt.fused = True
+        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through), and on the
+        CPU also a following non-overlapping, unpadded MaxPool2D (pooled in the GEMM epilogue: the
+        full-size activation is never written, read back or backpropagated through)."""
+        cpu = getattr(self, "device", "cpu") == "cpu"
+        for layer in self.layers:
+            if isinstance(layer, Conv2D):
+                layer.fused_relu, layer.fused_pool = False, None
+            if isinstance(layer, (ReLU, MaxPool2D)):
+                layer.fused = False
+        for i, layer in enumerate(self.layers[:-1]):
+            relu = self.layers[i + 1]
+            if not (isinstance(layer, Conv2D) and isinstance(relu, ReLU)):
+                continue
+            layer.fused_relu = True
+            relu.fused = True
+            pool = self.layers[i + 2] if i + 2 < len(self.layers) else None
+            if (cpu and layer.strategy == "wide" and isinstance(pool, MaxPool2D)
+                    and pool.padding == (0, 0) and pool.stride == pool.kernel_size):
+                layer.fused_pool = pool.kernel_size
+                pool.fused = True
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):

@@ -186,3 +186,60 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     _, rdw, rdb = ref.conv2d_backward(g, x, layer.weight, S, P)
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
+
+
+FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
+    (3, 2, 9, 11, 4, 3, 0, 2),  # conv output 7x9: the pool drops the last row and column
+    (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
+    (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
+    (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
+]
+
+
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,P,pool", FUSED_CASES)
+@pytest.mark.parametrize("ties", [False, True])
+def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, pool, ties):
+    """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window) run as one fused kernel (the
+    pool in the GEMM epilogue); values, argmax routing and every gradient match the float64
+    oracle of the three separate layers. ties: integer data, so that many windows tie (and many
+    pre-ReLU values are negative: all-zero windows route to their first element)."""
+    net = nc.Sequential([nc.Conv2D(Ci, Co, K, padding=P), nc.ReLU(), nc.MaxPool2D(pool)], seed=3)
+    conv = net.layers[0]
+    assert conv.fused_pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fused
+    if ties:
+        x = f32(rng.integers(-2, 3, (N, Ci, H, W)))
+        conv.weight[...] = rng.integers(-1, 2, conv.weight.shape)
+        conv.bias[...] = rng.integers(-1, 2, conv.bias.shape)
+    else:
+        x = f32(rng.standard_normal((N, Ci, H, W)))
+    y = net.forward(x, training=True)
+    w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
+    h = np.maximum(ref.conv2d_forward(x, w, b, 1, P), 0)
+    ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
+    np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
+    dy = f32(rng.standard_normal(y.shape))
+    dx = net.backward(dy)
+    dh = ref.maxpool2d_backward(dy, h, pool, pool, 0) * (h > 0)
+    rdx, rdw, rdb = ref.conv2d_backward(dh, x, w, 1, P)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)
+
+
+def test_fusion_only_where_it_is_exact():
+    convs = [nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3, stride=2), nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3)]
+    net = nc.Sequential([convs[0], nc.ReLU(), nc.MaxPool2D(2, stride=1)])  # overlapping windows
+    assert convs[0].fused_relu and convs[0].fused_pool is None
+    nc.Sequential([convs[1], nc.ReLU(), nc.MaxPool2D(2)])  # strided conv: the im2col strategy
+    assert convs[1].fused_relu and convs[1].fused_pool is None
+    nc.Sequential([convs[2], nc.MaxPool2D(2)])  # no ReLU between
+    assert not convs[2].fused_relu and convs[2].fused_pool is None
+    nc.Sequential([convs[3], nc.ReLU(), nc.MaxPool2D(2, padding=1)])
+    assert convs[3].fused_pool is None
+    assert not net.layers[2].fused
+
+
+def test_fused_pool_window_larger_than_conv_output_is_a_clear_error():
+    net = nc.Sequential([nc.Conv2D(1, 2, 3), nc.ReLU(), nc.MaxPool2D(4)])
+    with pytest.raises(ValueError, match="MaxPool2D.*smaller than the window 4x4"):
+        net.forward(np.zeros((1, 1, 5, 5), np.float32))

@@ -74,24 +74,97 @@ def _pad_plane(xp, x, PH, PW):
                 dst[PW + j] = src[j]
 
 
-@kernel()
-def conv2d_forward_wide(out, yw, cols, xpad, x, w, b, PH, PW, relu, keep_cols):
-    """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
+@kernel(parallel=False)
+def _epilogue(o, yt, b, Wp, relu):
+    """o (Co, OH, OW) = wide GEMM rows yt (Co, L) + bias (then max(., 0) when relu)."""
+    Co, OH, OW = o.shape
+    zero = np.float32(0.0)
+    for co in range(Co):
+        bias = b[co]
+        for oy in range(OH):
+            src = yt[co, oy * Wp:]
+            dst = o[co, oy]
+            if relu:
+                for ox in range(OW):
+                    v = src[ox] + bias
+                    dst[ox] = v if v > zero else zero
+            else:
+                for ox in range(OW):
+                    dst[ox] = src[ox] + bias
 
-    out: (N, Co, OH, OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
+
+@kernel(parallel=False)
+def _epilogue_relu_maxpool(o, a, yt, b, Wp, OW, PKH, PKW):
+    """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
+    GEMM rows yt (Co, L), which are overwritten. o, a: (Co, PH, PW) pooled values and argmax, the
+    argmax as an index into the (OH, OW) convolution output plane, ties to the first maximum in
+    row-major window order (as maxpool2d_forward). After the ReLU there is no NaN, so plain
+    comparisons are exact."""
+    Co, PH, PW = o.shape
+    L = yt.shape[1]
+    zero = np.float32(0.0)
+    for co in range(Co):
+        bias = b[co]
+        row = yt[co]
+        for j in range(L):  # contiguous: vectorises
+            v = row[j] + bias
+            row[j] = v if v > zero else zero
+        for py in range(PH):
+            orow = o[co, py]
+            arow = a[co, py]
+            oy = py * PKH
+            if PKH == 2 and PKW == 2:  # branch-free selects so that the loop vectorises
+                r0 = row[oy * Wp:]
+                r1 = row[(oy + 1) * Wp:]
+                base = oy * OW
+                for px in range(PW):
+                    i = 2 * px
+                    v0, v1, v2, v3 = r0[i], r0[i + 1], r1[i], r1[i + 1]
+                    t01 = v1 > v0
+                    b01 = v1 if t01 else v0
+                    i01 = i + 1 if t01 else i
+                    t23 = v3 > v2
+                    b23 = v3 if t23 else v2
+                    i23 = OW + i + 1 if t23 else OW + i
+                    t = b23 > b01  # strict: row 0 wins ties
+                    orow[px] = b23 if t else b01
+                    arow[px] = base + (i23 if t else i01)
+            else:
+                for px in range(PW):
+                    best = np.float32(-1.0)
+                    best_i = 0
+                    for ky in range(PKH):
+                        src = row[(oy + ky) * Wp:]
+                        for kx in range(PKW):
+                            ox = px * PKW + kx
+                            if src[ox] > best:
+                                best = src[ox]
+                                best_i = (oy + ky) * OW + ox
+                    orow[px] = best
+                    arow[px] = best_i
+
+
+@kernel()
+def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, keep_cols):
+    """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
+    With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
+    out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool).
+
+    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
+    (unused without pooling); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     Workspaces, indexed by thread: yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded.
     cols: (N, Ci*KH*KW, L) when keep_cols (the backward's cache, one per example), else (T, ...).
     T is at least numba's thread count.
     """
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
-    OH, OW = out.shape[2], out.shape[3]
     Wp = W + 2 * PW
+    OH = H + 2 * PH - KH + 1
+    OW = Wp - KW + 1
     L = (OH - 1) * Wp + OW
     ckk = Ci * KH * KW
     padded = PH > 0 or PW > 0
     wf = w.reshape(Co * ckk)
-    zero = np.float32(0.0)
     for n in prange(N):  # each example writes out[n] and its own (or its thread's) workspaces
         t = numba.get_thread_id()
         cn = cols[n] if keep_cols else cols[t]
@@ -103,36 +176,63 @@ def conv2d_forward_wide(out, yw, cols, xpad, x, w, b, PH, PW, relu, keep_cols):
         yt = yw[t]
         sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cn.reshape(ckk * L), 0, L,
               np.float32(0.0), yt.reshape(Co * L), 0, L)
-        for co in range(Co):
-            bias = b[co]
-            for oy in range(OH):
-                src = yt[co, oy * Wp:]
-                dst = out[n, co, oy]
-                if relu:
-                    for ox in range(OW):
-                        v = src[ox] + bias
-                        dst[ox] = v if v > zero else zero
-                else:
-                    for ox in range(OW):
-                        dst[ox] = src[ox] + bias
+        if PKH > 0:
+            _epilogue_relu_maxpool(out[n], argmax[n], yt, b, Wp, OW, PKH, PKW)
+        else:
+            _epilogue(out[n], yt, b, Wp, relu)
+
+
+@kernel(parallel=False)
+def _wide_grad(g, dout, y, Wp, relu):
+    """g (Co, L) = dout (Co, OH, OW) on wide rows, zero where the fused ReLU's output y was not
+    positive and in the junk columns; returns nothing, adds nothing."""
+    Co, OH, OW = dout.shape
+    zero = np.float32(0.0)
+    for co in range(Co):
+        for oy in range(OH):
+            src = dout[co, oy]
+            yr = y[co, oy]
+            dst = g[co, oy * Wp:]
+            for ox in range(OW):
+                dst[ox] = src[ox] if (not relu or yr[ox] > zero) else zero
+            if oy < OH - 1:
+                for ox in range(OW, Wp):
+                    dst[ox] = zero
+
+
+@kernel(parallel=False)
+def _wide_grad_pooled(g, dout, y, a, Wp, OW):
+    """g (Co, L) = the gradient of the fused ReLU + max pool routed to each window's argmax a
+    (Co, PH, PW) on wide rows (zero elsewhere); y, dout: pooled values and their gradient."""
+    Co, L = g.shape
+    PH, PW = dout.shape[1], dout.shape[2]
+    zero = np.float32(0.0)
+    for co in range(Co):
+        row = g[co]
+        for j in range(L):
+            row[j] = zero
+        for py in range(PH):
+            for px in range(PW):
+                if y[co, py, px] > zero:  # the ReLU passed the maximum
+                    i = a[co, py, px]
+                    row[(i // OW) * Wp + i % OW] = dout[co, py, px]
 
 
 @kernel()
-def conv2d_backward_wide(dx, dw_parts, db_parts, gw, dcols, dpad, dout, cols, w, y, PH, PW, chunk,
-                         need_dx, relu):
+def conv2d_backward_wide(dx, dw_parts, db_parts, gw, dcols, dpad, dout, cols, w, y, argmax, OH, OW,
+                         PH, PW, chunk, need_dx, relu, pooled):
     """Gradients of conv2d_forward_wide. Chunk c writes dw_parts[c] and db_parts[c] (reduce them with
-    sum_chunks) and uses workspaces gw[c], dcols[c], dpad[c]; with relu, dout is first masked where
-    the forward output y was not positive.
+    sum_chunks) and uses workspaces gw[c], dcols[c], dpad[c]. With relu, dout is masked where the
+    forward output y was not positive; when pooled, dout, y and argmax are the fused pool's.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, Ci*KH*KW);
     db_parts: (n_chunks, Co); gw: (n_chunks, Co, L); dcols: (n_chunks, Ci*KH*KW, L);
-    dpad: (n_chunks, Ci, H + 2PH, W + 2PW) when padded; dout, y: (N, Co, OH, OW);
-    cols: the forward's cache (N, Ci*KH*KW, L).
+    dpad: (n_chunks, Ci, H + 2PH, W + 2PW) when padded; dout, y: the forward's output shape;
+    cols: the forward's cache (N, Ci*KH*KW, L); OH, OW: the convolution's output size.
     """
     N = dout.shape[0]
     Ci, H, W = dx.shape[1], dx.shape[2], dx.shape[3]  # only read when need_dx
     Co, _, KH, KW = w.shape
-    OH, OW = dout.shape[2], dout.shape[3]
     Wp = OW + KW - 1
     L = (OH - 1) * Wp + OW
     ckk = w.shape[1] * KH * KW
@@ -148,21 +248,15 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, dcols, dpad, dout, cols, w,
             dbc[co] = zero
             for k in range(ckk):
                 acc[co, k] = zero
-            for oy in range(OH - 1):  # junk columns of the wide rows stay zero
-                row = g[co, oy * Wp:]
-                for ox in range(OW, Wp):
-                    row[ox] = zero
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
-            for co in range(Co):
+            if pooled:
+                _wide_grad_pooled(g, dout[n], y[n], argmax[n], Wp, OW)
+            else:
+                _wide_grad(g, dout[n], y[n], Wp, relu)
+            for co in range(Co):  # junk columns and unpooled positions are zero
                 s = zero
-                for oy in range(OH):
-                    src = dout[n, co, oy]
-                    yr = y[n, co, oy]
-                    dst = g[co, oy * Wp:]
-                    for ox in range(OW):
-                        v = src[ox] if (not relu or yr[ox] > zero) else zero
-                        dst[ox] = v
-                        s += v
+                for j in range(L):
+                    s += g[co, j]
                 dbc[co] += s
             gf = g.reshape(Co * L)
             # dW (Co, ckk) += g (Co, L) @ cols[n].T (L, ckk)
