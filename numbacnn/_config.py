@@ -27,10 +27,11 @@ _blas_done = False
 
 
 def single_thread_kernel_blas() -> None:
-    """Pin the BLAS that ``np.dot`` inside njit uses (scipy's OpenBLAS) to one thread.
+    """Pin the BLAS that the kernels call (scipy's OpenBLAS, through kernels/cpu/blas.py; numba's
+    ``np.dot`` uses it too) to one thread. Called once, when blas.py is imported.
 
-    Kernels call BLAS from inside ``prange`` (one GEMM per chunk); a multi-threaded BLAS there
-    would fight numba's own threads. numpy's own BLAS (used by user code) is left alone.
+    Kernels call BLAS from inside ``prange`` (one GEMM per example or block); a multi-threaded BLAS
+    there would fight numba's own threads. numpy's own BLAS (used by user code) is left alone.
     """
     global _blas_done
     if _blas_done:

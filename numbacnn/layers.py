@@ -260,7 +260,6 @@ class Conv2D(Layer):
                                   training)
             self._cols_cached = training
             return y
-        _config.single_thread_kernel_blas()
         y = self._buf("y", out_shape)
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
         K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding,
@@ -290,6 +289,9 @@ class Conv2D(Layer):
         ckk = self.in_channels * kh * kw
         chunks = -(-n // _config.CHUNK)
         oh, ow = self.output_shape(self._in_shape[1:])[1:] if self._in_shape else (0, 0)
+        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
+        dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
+        db_parts = self._buf("db_parts", (chunks, self.out_channels))
         if self.strategy == "wide":
             if not getattr(self, "_cols_cached", False):
                 raise RuntimeError(f"{self._label()}: backward needs a forward with training=True")
@@ -297,9 +299,6 @@ class Conv2D(Layer):
             h, w = self._x.shape[2], self._x.shape[3]
             wide = (oh - 1) * (w + 2 * pw) + ow
             padded = ph > 0 or pw > 0
-            dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
-            dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
-            db_parts = self._buf("db_parts", (chunks, self.out_channels))
             K.conv2d_backward_wide(
                 dx, dw_parts, db_parts, self._buf("gw", (chunks, self.out_channels, wide)),
                 self._buf("dcols", (chunks, ckk, wide) if need_dx else (chunks, 1, 1)),
@@ -307,22 +306,13 @@ class Conv2D(Layer):
                           if padded and need_dx else (chunks, 1, 1, 1)),
                 dy, self._buffers["cols"], self.weight, self._buffers["y"], self._buffers["pool_argmax"],
                 oh, ow, ph, pw, _config.CHUNK, need_dx, self.fused_relu, self.fused_pool is not None)
-            K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
-            K.sum_chunks(self.dbias, db_parts)
-            return dx if need_dx else None
-        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
-        dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
-        db_parts = self._buf("db_parts", (chunks, self.out_channels))
-        dw_tmp = self._buf("dw_tmp", (chunks, self.out_channels, ckk))
-        g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
-                          else (chunks, 1, 1))
-        dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-        cached = True
-        cols = self._buffers["cols"]
-        _config.single_thread_kernel_blas()
-        K.conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dy, cols, self._x,
-                          self.weight, self._buffers["y"], *self.stride, *self.padding,
-                          _config.CHUNK, need_dx, self.fused_relu, cached)
+        else:
+            g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
+                              else (chunks, 1, 1))
+            dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
+            K.conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dy, self._buffers["cols"],
+                              self.weight, self._buffers["y"], *self.stride, *self.padding,
+                              _config.CHUNK, need_dx, self.fused_relu)
         K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
         K.sum_chunks(self.dbias, db_parts)
         return dx if need_dx else None

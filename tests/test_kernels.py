@@ -243,3 +243,29 @@ def test_fused_pool_window_larger_than_conv_output_is_a_clear_error():
     net = nc.Sequential([nc.Conv2D(1, 2, 3), nc.ReLU(), nc.MaxPool2D(4)])
     with pytest.raises(ValueError, match="MaxPool2D.*smaller than the window 4x4"):
         net.forward(np.zeros((1, 1, 5, 5), np.float32))
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_sgemm_with_offsets_pitches_and_beta_matches_numpy(rng, ta, tb):
+    from numba import njit
+
+    from numbacnn.kernels.cpu.blas import sgemm
+
+    call = njit(lambda *a: sgemm(*a))
+    m, n, k = 5, 7, 3
+    A = f32(rng.standard_normal((k, m) if ta else (m, k)))
+    B = f32(rng.standard_normal((n, k) if tb else (k, n)))
+    C0 = f32(rng.standard_normal((m, n)))
+    lda, ldb, ldc = A.shape[1] + 2, B.shape[1] + 3, n + 1  # row pitches wider than the rows
+    a = np.zeros(3 + A.shape[0] * lda, np.float32)
+    a[3:].reshape(A.shape[0], lda)[:, :A.shape[1]] = A
+    b = np.zeros(1 + B.shape[0] * ldb, np.float32)
+    b[1:].reshape(B.shape[0], ldb)[:, :B.shape[1]] = B
+    c = np.full(2 + m * ldc, 7.0, np.float32)
+    c[2:].reshape(m, ldc)[:, :n] = C0
+    call(ta, tb, m, n, k, np.float32(2.0), a, 3, lda, b, 1, ldb, np.float32(1.0), c, 2, ldc)
+    expect = 2 * (A.T if ta else A).astype(np.float64) @ (B.T if tb else B) + C0
+    np.testing.assert_allclose(c[2:].reshape(m, ldc)[:, :n], expect, rtol=1e-5, atol=1e-5)
+    assert (c[:2] == 7).all() and (c[2:].reshape(m, ldc)[:, n:] == 7).all()  # nothing else written
+    with pytest.raises(IndexError, match="outside its array"):
+        call(ta, tb, m, n, k, np.float32(1.0), a, 3, lda, b, 1, ldb, np.float32(0.0), c, 5, ldc)

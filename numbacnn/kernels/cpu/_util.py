@@ -1,4 +1,5 @@
 """Small shared CPU kernels: chunk bounds and the fixed-order reduction of per-chunk gradients."""
+import numpy as np
 from numba import prange
 
 from ..._config import kernel
@@ -7,6 +8,18 @@ from ..._config import kernel
 @kernel(parallel=False)
 def n_chunks(n, chunk):
     return (n + chunk - 1) // chunk
+
+
+@kernel(parallel=False)
+def zero_parts(dw, db):
+    """dw (Co, K) = 0 and db (Co,) = 0: a chunk's gradient parts before it accumulates.
+    Loops rather than dw[:] = 0: inside a prange body that would compile as a nested parallel loop."""
+    zero = np.float32(0.0)
+    for co in range(dw.shape[0]):
+        db[co] = zero
+        row = dw[co]
+        for k in range(dw.shape[1]):
+            row[k] = zero
 
 
 @kernel()

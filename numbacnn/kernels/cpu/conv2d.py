@@ -1,5 +1,5 @@
-"""Strided 2-D convolution (NCHW, float32): im2col plus one BLAS GEMM per example, forward and
-backward. Stride-1 layers use conv2d_wide.py instead.
+"""Strided 2-D convolution (NCHW, float32): im2col (a gather) plus one BLAS GEMM per example,
+forward and backward. Stride-1 layers use conv2d_wide.py instead.
 
 Weight gradients are accumulated per chunk of examples and reduced in chunk order (no races).
 """
@@ -7,7 +7,8 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks
+from ._util import n_chunks, zero_parts
+from .blas import sgemm
 
 
 @kernel(parallel=False)
@@ -86,53 +87,48 @@ def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW, relu):
     """
     N = x.shape[0]
     Co, Ci, KH, KW = w.shape
-    OH, OW = out.shape[2], out.shape[3]
-    w2 = w.reshape(Co, Ci * KH * KW)
+    OHW = out.shape[2] * out.shape[3]
+    ckk = Ci * KH * KW
+    wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
     for n in prange(N):  # each example writes only out[n] and cols[n]
         im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
-        o = out[n].reshape(Co, OH * OW)
-        np.dot(w2, cols[n], o)
+        o = out[n].reshape(Co, OHW)
+        sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
+              OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
         for co in range(Co):
             row = o[co]
             bias = b[co]
             if relu:
-                for j in range(row.shape[0]):
+                for j in range(OHW):
                     v = row[j] + bias
                     row[j] = v if v > zero else zero
             else:
-                for j in range(row.shape[0]):
+                for j in range(OHW):
                     row[j] += bias
 
 
 @kernel()
-def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, x, w, y, SH, SW, PH, PW,
-                    chunk, need_dx, relu, cols_cached):
+def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW, chunk,
+                    need_dx, relu):
     """Gradients of conv2d_forward; chunk c writes dw_parts[c] and db_parts[c] (reduce them with
     sum_chunks). With relu, dout is first masked where the forward output y was not positive.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts, dw_tmp: (n_chunks, Co, Ci*KH*KW);
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, Ci*KH*KW);
     db_parts: (n_chunks, Co); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace;
     g_tmp: (n_chunks, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
-    cache (N, Ci*KH*KW, OH*OW) when cols_cached, else a (n_chunks, ...) workspace that is filled
-    here from x (N, Ci, H, W) (after a direct forward, which builds no im2col matrices).
+    cache (N, Ci*KH*KW, OH*OW).
     """
     N = dout.shape[0]
     Co, Ci, KH, KW = w.shape
     OHW = dout.shape[2] * dout.shape[3]
-    w2t = w.reshape(Co, Ci * KH * KW).T
     ckk = Ci * KH * KW
+    wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
-    # explicit loops rather than array expressions in this prange body: those would become nested
-    # parallel loops and cost seconds of compile time
     for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts, workspaces and dx[n]
         acc = dw_parts[c]
         dbc = db_parts[c]
-        for co in range(Co):
-            dbc[co] = zero
-            for k in range(ckk):
-                acc[co, k] = zero
-        tmp = dw_tmp[c]
+        zero_parts(acc, dbc)
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
             g = dout[n].reshape(Co, OHW)
             if relu:
@@ -147,15 +143,12 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, dw_tmp, g_tmp, dout, cols, x,
                 for j in range(OHW):
                     s += g[co, j]
                 dbc[co] += s
-            if cols_cached:
-                cn = cols[n]
-            else:
-                cn = cols[c]
-                im2col(cn, x[n], KH, KW, SH, SW, PH, PW)
-            np.dot(g, cn.T, tmp)
-            for co in range(Co):
-                for k in range(ckk):
-                    acc[co, k] += tmp[co, k]
+            gf = g.reshape(Co * OHW)
+            # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
+            sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
+                  0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)
             if need_dx:
-                np.dot(w2t, g, dcols[c])
+                # dcols (ckk, OHW) = W.T (ckk, Co) @ g (Co, OHW)
+                sgemm(True, False, ckk, OHW, Co, np.float32(1.0), wf, 0, ckk, gf, 0, OHW,
+                      np.float32(0.0), dcols[c].reshape(ckk * OHW), 0, OHW)
                 col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks
+from ._util import n_chunks, zero_parts
 from .blas import sgemm
 
 
@@ -243,11 +243,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, dcols, dpad, dout, cols, w,
         acc = dw_parts[c]
         dbc = db_parts[c]
         g = gw[c]
-        # explicit loops, not array expressions: inside prange those become nested parallel loops
-        for co in range(Co):
-            dbc[co] = zero
-            for k in range(ckk):
-                acc[co, k] = zero
+        zero_parts(acc, dbc)
         for n in range(c * chunk, min(N, (c + 1) * chunk)):
             if pooled:
                 _wide_grad_pooled(g, dout[n], y[n], argmax[n], Wp, OW)
