@@ -20,6 +20,8 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, two gradient chunks
     (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
     (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
+    (21, 8, 5, 6, 32, 3, 1, 1),  # wide rows, backward GEMMs over groups of 8 (16 + 5 examples)
+    (19, 8, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after a chunk of two groups
 ]
 
 
@@ -33,6 +35,8 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
+    assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
+    assert nc.Conv2D(6, 16, 5)._group() == 1 and nc.Conv2D(1, 32, 3)._group() == 1
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
@@ -193,6 +197,7 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
     (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
     (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
+    (21, 8, 6, 6, 32, 3, 0, 2),  # grouped backward GEMMs
 ]
 
 
