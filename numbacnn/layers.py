@@ -17,6 +17,10 @@ from .kernels import kernels_for
 
 Shape = tuple[int, ...]
 
+# The wide strategy's forward runs on position-major columns from this many input channels on
+# (see Conv2D.strategy).
+POSITIONS_MIN_CHANNELS = 8
+
 
 def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
     if isinstance(v, (tuple, list)) and len(v) == 2:
@@ -241,9 +245,7 @@ class Conv2D(Layer):
             ph, pw = self.padding
             wide = (oh - 1) * (x.shape[3] + 2 * pw) + ow
             slots = _config.max_threads()
-            padded = ph > 0 or pw > 0
-            xpad = self._buf("xpad", (slots, self.in_channels, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw)
-                             if padded else (1, 1, 1, 1))
+            hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
             pk = self.fused_pool or (0, 0)
             if self.fused_pool:
                 if oh < pk[0] or ow < pk[1]:
@@ -254,9 +256,21 @@ class Conv2D(Layer):
             else:
                 y = self._buf("y", out_shape)
                 argmax = self._buf("pool_argmax", (1, 1, 1, 1), np.int32)
-            K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)),
-                                  self._buf("cols", (slots, self.in_channels * kh * kw, wide)), xpad,
-                                  x, self.weight, self.bias, ph, pw, self.fused_relu, *pk)
+            ckk = self.in_channels * kh * kw
+            if self.in_channels >= POSITIONS_MIN_CHANNELS:
+                wt = self._buf("wt", (kh, kw, self.in_channels, self.out_channels))
+                wt[...] = self.weight.transpose(2, 3, 1, 0)
+                K.conv2d_forward_positions(
+                    y, argmax, self._buf("yw", (slots, wide, self.out_channels)),
+                    self._buf("cols", (slots, wide, ckk)),
+                    self._buf("xt", (slots, hp * wp, self.in_channels)), x,
+                    wt.reshape(ckk, self.out_channels), self.bias, ph, pw, kh, kw, self.fused_relu, *pk)
+            else:
+                xpad = self._buf("xpad", (slots, self.in_channels, hp, wp) if ph > 0 or pw > 0
+                                 else (1, 1, 1, 1))
+                K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)),
+                                      self._buf("cols", (slots, ckk, wide)), xpad, x, self.weight,
+                                      self.bias, ph, pw, self.fused_relu, *pk)
             return y
         y = self._buf("y", out_shape)
         cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))

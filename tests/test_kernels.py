@@ -36,6 +36,7 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
+    assert nc.layers.POSITIONS_MIN_CHANNELS == 8  # the cases below with Ci >= 8 run that forward
     assert nc.Conv2D(6, 16, 5)._group() == 1 and nc.Conv2D(1, 32, 3)._group() == 1
 
 
@@ -173,7 +174,8 @@ def test_maxpool2d_unpadded_fast_paths_fall_back_on_nan(rng, K, S):
 
 
 @pytest.mark.parametrize("Ci,K,S,P,relu", [(1, 5, 1, 0, False), (2, 3, 1, (1, 0), True),
-                                          (1, (2, 4), 1, 0, True), (2, 3, 2, 1, True)])
+                                          (1, (2, 4), 1, 0, True), (2, 3, 2, 1, True),
+                                          (8, (3, 2), 1, (1, 2), True), (9, 3, 1, 0, False)])
 def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     """The weight-only backward of a first layer (need_dx=False), with and without a fused ReLU."""
     layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
@@ -197,7 +199,9 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
     (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
     (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
-    (21, 8, 6, 6, 32, 3, 0, 2),  # grouped backward GEMMs
+    (21, 8, 6, 6, 32, 3, 0, 2),  # grouped backward GEMMs; position-major forward (Ci >= 8)
+    (3, 8, 10, 9, 5, 2, 1, 3),  # position-major forward, padded, 3x3 windows
+    (2, 9, 9, 9, 3, 3, 0, (2, 3)),  # position-major forward, rectangular windows
 ]
 
 
