@@ -614,7 +614,7 @@ class Flatten(Layer):
     """(N, C, H, W) -> (N, C*H*W) in C order, as ``torch.nn.Flatten``."""
 
     def output_shape(self, in_shape: Shape) -> Shape:
-        return (int(np.prod(in_shape)),)
+        return (math.prod(in_shape),)
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
