@@ -283,9 +283,10 @@ class Conv2D(Layer):
         """How the CPU kernels run; the one place where it is chosen.
 
         "wide" (stride 1, any padding): im2col by whole-row copies over the padded input width and
-        a GEMM per example, backward GEMMs over ``_group()`` examples side by side
-        (kernels/cpu/conv2d_wide.py). "gemm" (strided):
-        im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
+        a GEMM per example, position-major ((L x ckk) @ (ckk x Co)) from POSITIONS_MIN_CHANNELS
+        input channels on; backward GEMMs over ``_group()`` examples side by side
+        (kernels/cpu/conv2d_wide.py). "gemm" (strided): im2col with a gather and one GEMM per
+        example (kernels/cpu/conv2d.py).
         """
         return "wide" if self.stride == (1, 1) else "gemm"
 

@@ -36,7 +36,6 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
-    assert nc.layers.POSITIONS_MIN_CHANNELS == 8  # the cases below with Ci >= 8 run that forward
     assert nc.Conv2D(6, 16, 5)._group() == 1 and nc.Conv2D(1, 32, 3)._group() == 1
 
 
@@ -45,6 +44,8 @@ def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P):
     layer = nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng)
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
+    if layer.strategy == "wide":  # the position-major forward ran (its transposed-input workspace)
+        assert ("xt" in layer._buffers) == (Ci >= nc.layers.POSITIONS_MIN_CHANNELS)
     pad = _pad(P, K) if not isinstance(P, tuple) else P
     expect = ref.conv2d_forward(x, layer.weight, layer.bias, S, pad)
     assert y.shape == expect.shape
@@ -222,6 +223,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, poo
     else:
         x = f32(rng.standard_normal((N, Ci, H, W)))
     y = net.forward(x, training=True)
+    assert ("xt" in conv._buffers) == (Ci >= nc.layers.POSITIONS_MIN_CHANNELS)
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
     h = np.maximum(ref.conv2d_forward(x, w, b, 1, P), 0)
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)

@@ -80,14 +80,14 @@ def _pad_plane(xp, x, PH, PW):
 
 
 @kernel(parallel=False)
-def _epilogue(o, yf, off, P, b, Wp, relu):
-    """o (Co, OH, OW) = the wide GEMM rows at (off, pitch P) of yf + bias (then max(., 0) when relu)."""
+def _epilogue(o, yf, b, Wp, L, relu):
+    """o (Co, OH, OW) = the wide GEMM rows yf (flat (Co, L)) + bias (then max(., 0) when relu)."""
     Co, OH, OW = o.shape
     zero = np.float32(0.0)
     for co in range(Co):
         bias = b[co]
         for oy in range(OH):
-            s0 = off + co * P + oy * Wp
+            s0 = co * L + oy * Wp
             src = yf[s0:s0 + OW]
             dst = o[co, oy]
             if relu:
@@ -114,9 +114,9 @@ def _max2x2(v0, v1, v2, v3, i0, OW):
 
 
 @kernel(parallel=False)
-def _epilogue_relu_maxpool(o, a, yf, off, P, b, Wp, OW, L, PKH, PKW):
+def _epilogue_relu_maxpool(o, a, yf, b, Wp, OW, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
-    GEMM rows at (off, pitch P) of yf, which are overwritten. o, a: (Co, PH, PW) pooled values and
+    GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
     argmax, the argmax as an index into the (OH, OW) convolution output plane, ties to the first
     maximum in row-major window order (as maxpool2d_forward). After the ReLU there is no NaN, so
     plain comparisons are exact."""
@@ -124,7 +124,7 @@ def _epilogue_relu_maxpool(o, a, yf, off, P, b, Wp, OW, L, PKH, PKW):
     zero = np.float32(0.0)
     for co in range(Co):
         bias = b[co]
-        row = yf[off + co * P:off + co * P + L]
+        row = yf[co * L:co * L + L]
         for j in range(L):  # contiguous: vectorises
             v = row[j] + bias
             row[j] = v if v > zero else zero
@@ -185,9 +185,9 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
             im2col_wide(cf, 0, L, x[n], KH, KW, Wp, L)
         sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
         if PKH > 0:
-            _epilogue_relu_maxpool(out[n], argmax[n], yf, 0, L, b, Wp, OW, L, PKH, PKW)
+            _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, OW, L, PKH, PKW)
         else:
-            _epilogue(out[n], yf, 0, L, b, Wp, relu)
+            _epilogue(out[n], yf, b, Wp, L, relu)
 
 
 @kernel(parallel=False)
