@@ -17,7 +17,7 @@ from .kernels import kernels_for
 
 Shape = tuple[int, ...]
 
-# The wide strategy's forward runs on position-major columns from this many input channels on
+# Stride-1 convolutions with at least this many input channels run on position-major columns
 # (see Conv2D.strategy).
 POSITIONS_MIN_CHANNELS = 8
 
@@ -241,9 +241,8 @@ class Conv2D(Layer):
         n, _, oh, ow = out_shape
         kh, kw = self.kernel_size
         self._x = x
-        if self.strategy == "wide":
+        if self.strategy in ("wide", "positions"):
             ph, pw = self.padding
-            wide = (oh - 1) * (x.shape[3] + 2 * pw) + ow
             slots = _config.max_threads()
             hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
             pk = self.fused_pool or (0, 0)
@@ -257,15 +256,16 @@ class Conv2D(Layer):
                 y = self._buf("y", out_shape)
                 argmax = self._buf("pool_argmax", (1, 1, 1, 1), np.int32)
             ckk = self.in_channels * kh * kw
-            if self.in_channels >= POSITIONS_MIN_CHANNELS:
+            if self.strategy == "positions":
                 wt = self._buf("wt", (kh, kw, self.in_channels, self.out_channels))
                 wt[...] = self.weight.transpose(2, 3, 1, 0)
                 K.conv2d_forward_positions(
-                    y, argmax, self._buf("yw", (slots, wide, self.out_channels)),
-                    self._buf("cols", (slots, wide, ckk)),
+                    y, argmax, self._buf("yw", (slots, oh * ow, self.out_channels)),
+                    self._buf("cols", (slots, oh * ow, ckk)),
                     self._buf("xt", (slots, hp * wp, self.in_channels)), x,
                     wt.reshape(ckk, self.out_channels), self.bias, ph, pw, kh, kw, self.fused_relu, *pk)
             else:
+                wide = (oh - 1) * wp + ow
                 xpad = self._buf("xpad", (slots, self.in_channels, hp, wp) if ph > 0 or pw > 0
                                  else (1, 1, 1, 1))
                 K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)),
@@ -282,19 +282,23 @@ class Conv2D(Layer):
     def strategy(self) -> str:
         """How the CPU kernels run; the one place where it is chosen.
 
-        "wide" (stride 1, any padding): im2col by whole-row copies over the padded input width and
-        a GEMM per example, position-major ((L x ckk) @ (ckk x Co)) from POSITIONS_MIN_CHANNELS
-        input channels on; backward GEMMs over ``_group()`` examples side by side
-        (kernels/cpu/conv2d_wide.py). "gemm" (strided): im2col with a gather and one GEMM per
-        example (kernels/cpu/conv2d.py).
+        - "positions" (stride 1, at least POSITIONS_MIN_CHANNELS input channels): position-major
+          columns, one row per output position, GEMMs (L x ckk) @ (ckk x Co) forward and over
+          ``_group()`` examples backward (kernels/cpu/conv2d_positions.py).
+        - "wide" (stride 1, fewer input channels): im2col by whole-row copies over the padded
+          input width, a GEMM W @ cols per example forward and over ``_group()`` examples
+          side by side backward (kernels/cpu/conv2d_wide.py).
+        - "gemm" (strided): im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
         """
-        return "wide" if self.stride == (1, 1) else "gemm"
+        if self.stride != (1, 1):
+            return "gemm"
+        return "positions" if self.in_channels >= POSITIONS_MIN_CHANNELS else "wide"
 
     def _group(self) -> int:
-        """Examples per GEMM in the wide strategy's backward. Grouping lengthens the weight-gradient
-        GEMM's inner dimension, which pays off for wide layers (32 -> 64 channels, 3x3: about 5 %
-        with 8) and costs as much for narrow ones (LeNet's 6 -> 16, 5x5: 10-20 % slower),
-        measured on 2 cores."""
+        """Examples per GEMM in the backward of the "wide" and "positions" strategies. Grouping
+        lengthens the weight-gradient GEMM's inner dimension, which pays off for wide layers
+        (32 -> 64 channels, 3x3: about 5 % with 8) and costs as much for narrow ones (LeNet's
+        6 -> 16, 5x5: 10-20 % slower), measured on 2 cores."""
         ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
         return 8 if self.out_channels >= 32 and ckk >= 64 else 1
 
@@ -308,34 +312,51 @@ class Conv2D(Layer):
                                     *self.padding, need_dx, self.fused_relu)
             return dx
         kh, kw = self.kernel_size
-        ckk = self.in_channels * kh * kw
+        ci, co = self.in_channels, self.out_channels
+        ckk = ci * kh * kw
         chunks = -(-n // _config.CHUNK)
         oh, ow = self.output_shape(self._in_shape[1:])[1:] if self._in_shape else (0, 0)
         dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
-        dw_parts = self._buf("dw_parts", (chunks, self.out_channels, ckk))
-        db_parts = self._buf("db_parts", (chunks, self.out_channels))
-        if self.strategy == "wide":
+        dw_parts = self._buf("dw_parts", (chunks, co, ckk))
+        db_parts = self._buf("db_parts", (chunks, co))
+        strategy = self.strategy
+        if strategy in ("wide", "positions"):
             slots = _config.max_threads()
             ph, pw = self.padding
             h, w = self._x.shape[2], self._x.shape[3]
-            wide = (oh - 1) * (w + 2 * pw) + ow
+            hp, wp = h + 2 * ph, w + 2 * pw
             group = self._group()
-            K.conv2d_backward_wide(
-                dx, dw_parts, db_parts, self._buf("gw", (slots, self.out_channels, group * wide)),
-                self._buf("bcols", (slots, ckk, group * wide)),
-                self._buf("dcols", (slots, ckk, group * wide) if need_dx else (slots, 1, 1)),
-                self._buf("dpad", (slots, self.in_channels, h + 2 * ph, w + 2 * pw)
-                          if ph > 0 or pw > 0 else (slots, 1, 1, 1)),
-                dy, self._x, self.weight, self._buffers["y"], self._buffers["pool_argmax"],
-                ph, pw, _config.CHUNK, group, need_dx, self.fused_relu, self.fused_pool is not None)
+            y, argmax, pooled = self._buffers["y"], self._buffers["pool_argmax"], self.fused_pool is not None
+        if strategy == "positions":
+            gl = group * oh * ow
+            wk = self._buf("wk", (co, kh, kw, ci))
+            wk[...] = self.weight.transpose(0, 2, 3, 1)
+            K.conv2d_backward_positions(
+                dx, dw_parts, db_parts, self._buf("gw", (slots, co, gl)),
+                self._buf("bcols", (slots, gl, ckk)),
+                self._buf("dcols", (slots, gl, ckk) if need_dx else (slots, 1, 1)),
+                self._buf("xt", (slots, hp * wp, ci)), dy, self._x, wk, y, argmax,
+                ph, pw, kh, kw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
+            dwk = self._buf("dwk", (co, kh, kw, ci))
+            K.sum_chunks(dwk.reshape(-1), dw_parts.reshape(chunks, -1))
+            self.dweight[...] = dwk.transpose(0, 3, 1, 2)
         else:
-            g_tmp = self._buf("g_tmp", (chunks, self.out_channels, oh * ow) if self.fused_relu
-                              else (chunks, 1, 1))
-            dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-            K.conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dy, self._buffers["cols"],
-                              self.weight, self._buffers["y"], *self.stride, *self.padding,
-                              _config.CHUNK, need_dx, self.fused_relu)
-        K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
+            if strategy == "wide":
+                wide = (oh - 1) * wp + ow
+                K.conv2d_backward_wide(
+                    dx, dw_parts, db_parts, self._buf("gw", (slots, co, group * wide)),
+                    self._buf("bcols", (slots, ckk, group * wide)),
+                    self._buf("dcols", (slots, ckk, group * wide) if need_dx else (slots, 1, 1)),
+                    self._buf("dpad", (slots, ci, hp, wp) if ph > 0 or pw > 0 else (slots, 1, 1, 1)),
+                    dy, self._x, self.weight, y, argmax,
+                    ph, pw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
+            else:
+                g_tmp = self._buf("g_tmp", (chunks, co, oh * ow) if self.fused_relu else (chunks, 1, 1))
+                dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
+                K.conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dy, self._buffers["cols"],
+                                  self.weight, self._buffers["y"], *self.stride, *self.padding,
+                                  _config.CHUNK, need_dx, self.fused_relu)
+            K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
         K.sum_chunks(self.dbias, db_parts)
         return dx if need_dx else None
 

@@ -92,7 +92,7 @@ class Sequential:
             layer.fused_relu = True
             relu.fused = True
             pool = self.layers[i + 2] if i + 2 < len(self.layers) else None
-            if (cpu and layer.strategy == "wide" and isinstance(pool, MaxPool2D)
+            if (cpu and layer.strategy in ("wide", "positions") and isinstance(pool, MaxPool2D)
                     and pool.padding == (0, 0) and pool.stride == pool.kernel_size):
                 layer.fused_pool = pool.kernel_size
                 pool.fused = True

@@ -20,8 +20,11 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, two gradient chunks
     (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
     (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
-    (21, 8, 5, 6, 32, 3, 1, 1),  # wide rows, backward GEMMs over groups of 8 (16 + 5 examples)
+    (21, 8, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (16 + 5 examples)
     (19, 8, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after a chunk of two groups
+    (21, 6, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
+    (3, 9, 7, 6, 5, (2, 3), 1, (1, 2)),  # position-major, rectangular kernel and padding
+    (2, 8, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
 ]
 
 
@@ -31,8 +34,11 @@ def _pad(p, k):
 
 def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(1, 6, 5).strategy == "wide"
-    assert nc.Conv2D(32, 64, 3).strategy == "wide"
+    assert nc.Conv2D(32, 64, 3).strategy == "positions"
+    assert nc.Conv2D(nc.layers.POSITIONS_MIN_CHANNELS, 4, 3, padding=1).strategy == "positions"
+    assert nc.Conv2D(nc.layers.POSITIONS_MIN_CHANNELS - 1, 4, 3).strategy == "wide"
     assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
+    assert nc.Conv2D(32, 64, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
@@ -44,8 +50,8 @@ def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P):
     layer = nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng)
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
-    if layer.strategy == "wide":  # the position-major forward ran (its transposed-input workspace)
-        assert ("xt" in layer._buffers) == (Ci >= nc.layers.POSITIONS_MIN_CHANNELS)
+    # the position-major kernels ran exactly when chosen (their transposed-input workspace)
+    assert ("xt" in layer._buffers) == (layer.strategy == "positions")
     pad = _pad(P, K) if not isinstance(P, tuple) else P
     expect = ref.conv2d_forward(x, layer.weight, layer.bias, S, pad)
     assert y.shape == expect.shape
@@ -200,9 +206,11 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
     (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
     (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
-    (21, 8, 6, 6, 32, 3, 0, 2),  # grouped backward GEMMs; position-major forward (Ci >= 8)
-    (3, 8, 10, 9, 5, 2, 1, 3),  # position-major forward, padded, 3x3 windows
-    (2, 9, 9, 9, 3, 3, 0, (2, 3)),  # position-major forward, rectangular windows
+    (21, 8, 6, 6, 32, 3, 0, 2),  # position-major (Ci >= 8), grouped backward GEMMs
+    (21, 6, 6, 6, 32, 3, 0, 2),  # wide rows, grouped backward GEMMs
+    (3, 8, 10, 9, 5, 2, 1, 3),  # position-major, padded, 3x3 windows
+    (2, 9, 9, 9, 3, 3, 0, (2, 3)),  # position-major, rectangular windows
+    (2, 9, 7, 9, 3, 3, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes
 ]
 
 

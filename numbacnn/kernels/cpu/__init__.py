@@ -9,7 +9,8 @@ from .activations import (
                           tanh_forward,
 )
 from .conv2d import conv2d_backward, conv2d_forward
-from .conv2d_wide import conv2d_backward_wide, conv2d_forward_positions, conv2d_forward_wide
+from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
+from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy
 from .optim import adam_update, rmsprop_update, sgd_update
@@ -23,7 +24,7 @@ from .pool import (
 
 __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
-    "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
+    "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
     "maxpool2d_forward", "maxpool2d_forward_nopad", "relu_backward", "relu_forward", "rmsprop_update",
     "sgd_update", "softmax",

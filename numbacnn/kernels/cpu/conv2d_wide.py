@@ -191,121 +191,10 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
 
 
 @kernel(parallel=False)
-def _im2col_positions(ct, xt, x, PH, PW, KH, KW, L):
-    """Position-major columns ct (L, KH*KW*C): ct[j, (ky, kx, c)] = xpad[c].flat[ky * Wp + kx + j],
-    built from xt (Hp*Wp, C), the zero-padded plane of x (C, H, W) transposed (also written):
-    every copy is a run of C contiguous floats."""
-    C, H, W = x.shape
-    Wp = W + 2 * PW
-    Hp = H + 2 * PH
-    zero = np.float32(0.0)
-    xtf = xt.reshape(Hp * Wp * C)
-    if PH > 0 or PW > 0:
-        for i in range(Hp * Wp * C):
-            xtf[i] = zero
-    for c in range(C):
-        for i in range(H):
-            src = x[c, i]
-            d0 = ((PH + i) * Wp + PW) * C + c
-            for j in range(W):
-                xtf[d0 + j * C] = src[j]
-    ckk = KH * KW * C
-    ctf = ct.reshape(L * ckk)
-    for ky in range(KH):
-        for kx in range(KW):  # tap (ky, kx): an (L, C) block, source pitch C, destination pitch ckk
-            s0 = (ky * Wp + kx) * C
-            src = xtf[s0:s0 + L * C]
-            dst = ctf[(ky * KW + kx) * C:]
-            for j in range(L):
-                for c in range(C):
-                    dst[j * ckk + c] = src[j * C + c]
-
-
-@kernel(parallel=False)
-def _epilogue_positions(o, a, ytf, b, Wp, OW, relu, PKH, PKW):
-    """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
-    wide position j, channel co): bias, ReLU when relu, and (PKH > 0) max pooling with stride =
-    window, with _epilogue_relu_maxpool's argmax encoding and tie rule. o: (Co, OH, OW), or pooled
-    (Co, PH, PW) with a its argmax. The 2x2 path runs over channels, contiguous in ytf."""
-    Co, PH, PW = o.shape
-    zero = np.float32(0.0)
-    if PKH == 0:
-        for oy in range(PH):
-            for ox in range(PW):
-                r0 = (oy * Wp + ox) * Co
-                row = ytf[r0:r0 + Co]
-                for co in range(Co):
-                    v = row[co] + b[co]
-                    o[co, oy, ox] = (v if v > zero else zero) if relu else v
-    elif PKH == 2 and PKW == 2:
-        for py in range(PH):
-            for px in range(PW):
-                j0 = 2 * py * Wp + 2 * px
-                i0 = 2 * py * OW + 2 * px  # argmax of the window's first element
-                ra = ytf[j0 * Co:j0 * Co + Co]
-                rb = ytf[(j0 + 1) * Co:(j0 + 1) * Co + Co]
-                rc = ytf[(j0 + Wp) * Co:(j0 + Wp) * Co + Co]
-                rd = ytf[(j0 + Wp + 1) * Co:(j0 + Wp + 1) * Co + Co]
-                for co in range(Co):
-                    bias = b[co]
-                    v0 = ra[co] + bias
-                    v0 = v0 if v0 > zero else zero
-                    v1 = rb[co] + bias
-                    v1 = v1 if v1 > zero else zero
-                    v2 = rc[co] + bias
-                    v2 = v2 if v2 > zero else zero
-                    v3 = rd[co] + bias
-                    v3 = v3 if v3 > zero else zero
-                    o[co, py, px], a[co, py, px] = _max2x2(v0, v1, v2, v3, i0, OW)
-    else:
-        for co in range(Co):
-            bias = b[co]
-            for py in range(PH):
-                for px in range(PW):
-                    best = np.float32(-1.0)  # below every ReLU output: the first maximum wins
-                    best_i = 0
-                    for ky in range(PKH):
-                        for kx in range(PKW):
-                            oy = py * PKH + ky
-                            ox = px * PKW + kx
-                            v = ytf[(oy * Wp + ox) * Co + co] + bias
-                            v = v if v > zero else zero
-                            if v > best:
-                                best = v
-                                best_i = oy * OW + ox
-                    o[co, py, px] = best
-                    a[co, py, px] = best_i
-
-
-@kernel()
-def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, PH, PW, KH, KW, relu, PKH, PKW):
-    """As conv2d_forward_wide, on position-major columns: per example, the GEMM
-    y (L, Co) = cols (L, KH*KW*Ci) @ wt (KH*KW*Ci, Co), an orientation that BLAS runs 15-20 %
-    faster here than W @ cols when Ci is large. wt: the weight as (ky, kx, ci) x co.
-
-    Workspaces, indexed by thread: cols (T, L, KH*KW*Ci); xt (T, Hp*Wp, Ci); yw (T, L, Co).
-    """
-    N, Ci, H, W = x.shape
-    Co = wt.shape[1]
-    Wp = W + 2 * PW
-    OH = H + 2 * PH - KH + 1
-    OW = Wp - KW + 1
-    L = (OH - 1) * Wp + OW
-    ckk = Ci * KH * KW
-    wf = wt.reshape(ckk * Co)
-    for n in prange(N):  # each example writes out[n] and its thread's workspaces
-        t = numba.get_thread_id()
-        _im2col_positions(cols[t], xt[t], x[n], PH, PW, KH, KW, L)
-        yf = yw[t].reshape(L * Co)
-        sgemm(False, False, L, Co, ckk, np.float32(1.0), cols[t].reshape(L * ckk), 0, ckk, wf, 0, Co,
-              np.float32(0.0), yf, 0, Co)
-        _epilogue_positions(out[n], argmax[n], yf, b, Wp, OW, relu, PKH, PKW)
-
-
-@kernel(parallel=False)
 def _wide_grad(gf, off, P, dout, y, Wp, relu):
-    """The rows at (off, pitch P) of gf = dout (Co, OH, OW) on wide rows, zero where the fused
-    ReLU's output y was not positive and in the junk columns."""
+    """The rows at (off, pitch P) of gf = dout (Co, OH, OW) on wide rows (row pitch Wp; Wp = OW
+    lays them out exactly), zero where the fused ReLU's output y was not positive and in the junk
+    columns."""
     Co, OH, OW = dout.shape
     zero = np.float32(0.0)
     for co in range(Co):
@@ -324,8 +213,8 @@ def _wide_grad(gf, off, P, dout, y, Wp, relu):
 @kernel(parallel=False)
 def _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L):
     """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + max pool routed to each
-    window's argmax a (Co, PH, PW) on wide rows (zero elsewhere); y, dout: pooled values and their
-    gradient."""
+    window's argmax a (Co, PH, PW) on wide rows of length L and pitch Wp (zero elsewhere; Wp = OW,
+    L = OH * OW lays them out exactly); y, dout: pooled values and their gradient."""
     Co, PH, PW = dout.shape
     zero = np.float32(0.0)
     for co in range(Co):
@@ -337,6 +226,27 @@ def _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L):
                 if y[co, py, px] > zero:  # the ReLU passed the maximum
                     i = a[co, py, px]
                     row[(i // OW) * Wp + i % OW] = dout[co, py, px]
+
+
+@kernel(parallel=False)
+def _grad_rows(gf, off, P, dout, y, a, Wp, OW, L, relu, pooled):
+    """_wide_grad_pooled when pooled (a: the argmax), else _wide_grad."""
+    if pooled:
+        _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L)
+    else:
+        _wide_grad(gf, off, P, dout, y, Wp, relu)
+
+
+@kernel(parallel=False)
+def _add_row_sums(db, gf, P, n, first):
+    """db[co] (+)= the sum of gf[co * P:co * P + n] (the bias gradient of a group's rows);
+    overwrites when first."""
+    for co in range(db.shape[0]):
+        row = gf[co * P:co * P + n]
+        s = np.float32(0.0)
+        for j in range(n):
+            s += row[j]
+        db[co] = s if first else db[co] + s
 
 
 @kernel()
@@ -371,8 +281,6 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
         cf = cols[t].reshape(ckk * PG)
         dwf = dw_parts[c].reshape(Co * ckk)
         dbc = db_parts[c]
-        for co in range(Co):
-            dbc[co] = zero
         for g0 in range(0, E, group):
             G = min(group, E - g0)
             for e in range(G):
@@ -382,16 +290,8 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
                     im2col_wide(cf, e * L, PG, pad[t], KH, KW, Wp, L)
                 else:
                     im2col_wide(cf, e * L, PG, x[n], KH, KW, Wp, L)
-                if pooled:
-                    _wide_grad_pooled(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, OW, L)
-                else:
-                    _wide_grad(gf, e * L, PG, dout[n], y[n], Wp, relu)
-            for co in range(Co):  # junk columns and unpooled positions are zero
-                row = gf[co * PG:co * PG + G * L]
-                s = zero
-                for j in range(G * L):
-                    s += row[j]
-                dbc[co] += s
+                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, OW, L, relu, pooled)
+            _add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
                   np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)

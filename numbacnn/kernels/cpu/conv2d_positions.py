@@ -1,0 +1,228 @@
+"""Stride-1 2-D convolution on position-major columns, for layers with many input channels.
+
+Columns are laid out one row per output position p = (oy, ox), exactly OH * OW rows (no junk
+positions), with the taps and channels along the row in (ky, kx, c) order:
+    cols[p, (ky, kx, c)] = xpad[c, oy + ky, ox + kx].
+Built from the zero-padded input plane transposed to (Hp * Wp, C), every im2col copy is a run of
+C contiguous floats, and so is every col2im add. In this orientation the GEMMs
+    forward      y (L, Co)      = cols (L, ckk) @ wt (ckk, Co)
+    weight grad  dW (Co, ckk)  (+)= g (Co, G*L) @ cols (G*L, ckk)
+    input grad   dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk)
+run 10-20 % faster in OpenBLAS than the channel-major ones for C_in >= 8 (measured with 32 -> 64
+channels, 3x3), and they skip the wide layout's KW - 1 junk columns per row (14 % of the work on
+an 11 x 11 output).
+
+As in conv2d_wide.py nothing is cached between forward and backward: the backward rebuilds the
+columns per group of examples. GEMMs go through ``blas.sgemm``, single-threaded inside prange.
+"""
+import numba
+import numpy as np
+from numba import prange
+
+from ..._config import kernel
+from ._util import n_chunks
+from .blas import sgemm
+from .conv2d_wide import _add_row_sums, _grad_rows, _max2x2
+
+
+@kernel(parallel=False)
+def _transpose_padded(xtf, x, PH, PW):
+    """xtf (flat (Hp * Wp, C)) = the zero-padded plane of x (C, H, W), transposed."""
+    C, H, W = x.shape
+    Wp = W + 2 * PW
+    zero = np.float32(0.0)
+    if PH > 0 or PW > 0:
+        for i in range((H + 2 * PH) * Wp * C):
+            xtf[i] = zero
+    for c in range(C):
+        for i in range(H):
+            src = x[c, i]
+            d0 = ((PH + i) * Wp + PW) * C + c
+            for j in range(W):
+                xtf[d0 + j * C] = src[j]
+
+
+@kernel(parallel=False)
+def _position_runs(cf, off, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
+    """The copies behind im2col (adjoint False: cf[off:] <- xtf) and col2im (True: xtf += cf[off:])
+    on position-major columns. In (ky, kx, c) order the KW taps of one kernel row read KW
+    consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is one
+    contiguous run of KW * C floats. (Loops over runs rather than over taps and channels: with
+    run-time sizes, numba's index arithmetic keeps the latter from vectorising, 4-5x slower.)"""
+    run = ckk // KH
+    for oy in range(OH):
+        for ox in range(OW):
+            c0 = off + (oy * OW + ox) * ckk
+            for ky in range(KH):
+                x0 = ((oy + ky) * Wp + ox) * C
+                cr = cf[c0 + ky * run:c0 + ky * run + run]
+                xr = xtf[x0:x0 + run]
+                if adjoint:
+                    for i in range(run):
+                        xr[i] += cr[i]
+                else:
+                    for i in range(run):
+                        cr[i] = xr[i]
+
+
+@kernel(parallel=False)
+def _im2col_positions(cf, off, xtf, x, PH, PW, KH, KW):
+    """Position-major columns at cf[off:off + L * ckk], (L, KH*KW*C) with L = OH * OW, of the
+    example x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for its padded transpose."""
+    C, H, W = x.shape
+    Wp = W + 2 * PW
+    _transpose_padded(xtf, x, PH, PW)
+    _position_runs(cf, off, xtf, Wp, H + 2 * PH - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, False)
+
+
+@kernel(parallel=False)
+def _col2im_positions(dxn, dcf, off, xtf, PH, PW, KH, KW):
+    """dxn (C, H, W) = the adjoint of _im2col_positions applied to the columns at
+    dcf[off:off + L * ckk] (overwritten, not accumulated); xtf: a (Hp * Wp, C) workspace."""
+    C, H, W = dxn.shape
+    Wp = W + 2 * PW
+    Hp = H + 2 * PH
+    zero = np.float32(0.0)
+    for i in range(Hp * Wp * C):
+        xtf[i] = zero
+    _position_runs(dcf, off, xtf, Wp, Hp - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, True)
+    for c in range(C):
+        for i in range(H):
+            s0 = ((PH + i) * Wp + PW) * C + c
+            dst = dxn[c, i]
+            for j in range(W):
+                dst[j] = xtf[s0 + j * C]
+
+
+@kernel(parallel=False)
+def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
+    """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
+    position oy * OW + ox, channel co): bias, ReLU when relu, and (PKH > 0) max pooling with
+    stride = window, argmax as an index into the (OH, OW) plane, ties to the first maximum in
+    row-major window order (as maxpool2d_forward). o: (Co, OH, OW), or pooled (Co, PH, PW) with a
+    its argmax. The 2x2 path runs over channels, contiguous in ytf."""
+    Co, PH, PW = o.shape
+    zero = np.float32(0.0)
+    if PKH == 0:
+        for oy in range(PH):
+            for ox in range(PW):
+                r0 = (oy * OW + ox) * Co
+                row = ytf[r0:r0 + Co]
+                for co in range(Co):
+                    v = row[co] + b[co]
+                    o[co, oy, ox] = (v if v > zero else zero) if relu else v
+    elif PKH == 2 and PKW == 2:
+        for py in range(PH):
+            for px in range(PW):
+                j0 = 2 * py * OW + 2 * px  # also the argmax of the window's first element
+                ra = ytf[j0 * Co:j0 * Co + Co]
+                rb = ytf[(j0 + 1) * Co:(j0 + 1) * Co + Co]
+                rc = ytf[(j0 + OW) * Co:(j0 + OW) * Co + Co]
+                rd = ytf[(j0 + OW + 1) * Co:(j0 + OW + 1) * Co + Co]
+                for co in range(Co):
+                    bias = b[co]
+                    v0 = ra[co] + bias
+                    v0 = v0 if v0 > zero else zero
+                    v1 = rb[co] + bias
+                    v1 = v1 if v1 > zero else zero
+                    v2 = rc[co] + bias
+                    v2 = v2 if v2 > zero else zero
+                    v3 = rd[co] + bias
+                    v3 = v3 if v3 > zero else zero
+                    o[co, py, px], a[co, py, px] = _max2x2(v0, v1, v2, v3, j0, OW)
+    else:
+        for co in range(Co):
+            bias = b[co]
+            for py in range(PH):
+                for px in range(PW):
+                    best = np.float32(-1.0)  # below every ReLU output: the first maximum wins
+                    best_i = 0
+                    for ky in range(PKH):
+                        for kx in range(PKW):
+                            j = (py * PKH + ky) * OW + px * PKW + kx
+                            v = ytf[j * Co + co] + bias
+                            v = v if v > zero else zero
+                            if v > best:
+                                best = v
+                                best_i = j
+                    o[co, py, px] = best
+                    a[co, py, px] = best_i
+
+
+@kernel()
+def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, PH, PW, KH, KW, relu, PKH, PKW):
+    """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
+    With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
+    out and argmax then hold the pooled values and their argmax (see _epilogue_positions).
+
+    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
+    (unused without pooling); x: (N, Ci, H, W); wt: the weight as (ky, kx, ci) x co, (ckk, Co).
+    Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
+    xt (T, Hp * Wp, Ci); yw (T, L, Co), L = OH * OW.
+    """
+    N, Ci, H, W = x.shape
+    Co = wt.shape[1]
+    OH = H + 2 * PH - KH + 1
+    OW = W + 2 * PW - KW + 1
+    L = OH * OW
+    ckk = Ci * KH * KW
+    wf = wt.reshape(ckk * Co)
+    for n in prange(N):  # each example writes out[n] and its thread's workspaces
+        t = numba.get_thread_id()
+        cf = cols[t].reshape(L * ckk)
+        _im2col_positions(cf, 0, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW)
+        yf = yw[t].reshape(L * Co)
+        sgemm(False, False, L, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
+              np.float32(0.0), yf, 0, Co)
+        _epilogue_positions(out[n], argmax[n], yf, b, OW, relu, PKH, PKW)
+
+
+@kernel()
+def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout, x, wk, y, argmax,
+                              PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
+    """Gradients of conv2d_forward_positions. Chunk c (``chunk`` examples) writes dw_parts[c] and
+    db_parts[c] (reduce them with sum_chunks); its GEMMs cover ``group`` examples at a time.
+    With relu, dout is masked where the forward output y was not positive; when pooled, dout,
+    y and argmax are the fused pool's.
+
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, KH, KW, Ci) -- the weight
+    gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
+    (n_chunks, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
+    Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
+    xt (T, Hp * Wp, Ci).
+    """
+    N, Ci, H, W = x.shape
+    Co = wk.shape[0]
+    OH = H + 2 * PH - KH + 1
+    OW = W + 2 * PW - KW + 1
+    L = OH * OW
+    ckk = Ci * KH * KW
+    PG = group * L  # row pitch of the channel-major gradient rows
+    wkf = wk.reshape(Co * ckk)
+    zero = np.float32(0.0)
+    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts and dx[n]; workspaces
+        t = numba.get_thread_id()         # are its thread's
+        n0 = c * chunk
+        E = min(chunk, N - n0)
+        gf = gw[t].reshape(Co * PG)
+        cf = cols[t].reshape(PG * ckk)
+        xtf = xt[t].reshape(xt.shape[1] * Ci)
+        dwf = dw_parts[c].reshape(Co * ckk)
+        dbc = db_parts[c]
+        for g0 in range(0, E, group):
+            G = min(group, E - g0)
+            for e in range(G):
+                n = n0 + g0 + e
+                _im2col_positions(cf, e * L * ckk, xtf, x[n], PH, PW, KH, KW)
+                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, OW, L, relu, pooled)
+            _add_row_sums(dbc, gf, PG, G * L, g0 == 0)
+            # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
+            sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,
+                  np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
+            if need_dx:
+                # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk)
+                dcf = dcols[t].reshape(PG * ckk)
+                sgemm(True, False, G * L, ckk, Co, np.float32(1.0), gf, 0, PG, wkf, 0, ckk,
+                      zero, dcf, 0, ckk)
+                for e in range(G):
+                    _col2im_positions(dx[n0 + g0 + e], dcf, e * L * ckk, xtf, PH, PW, KH, KW)
