@@ -214,7 +214,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
             for e in range(G):
                 n = n0 + g0 + e
                 _im2col_positions(cf, e * L * ckk, xtf, x[n], PH, PW, KH, KW)
-                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, OW, L, relu, pooled)
+                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled)
             _add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
             sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,

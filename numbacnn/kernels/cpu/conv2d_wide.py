@@ -100,26 +100,26 @@ def _epilogue(o, yf, b, Wp, L, relu):
 
 
 @kernel(parallel=False)
-def _max2x2(v0, v1, v2, v3, i0, OW):
-    """Maximum of a 2x2 window (v0 v1 / v2 v3) and its index (v0 at i0, rows OW apart), the first
+def _max2x2(v0, v1, v2, v3, i0, P):
+    """Maximum of a 2x2 window (v0 v1 / v2 v3) and its index (v0 at i0, rows P apart), the first
     in row-major order on ties; branch-free selects, so that loops calling it vectorise."""
     t01 = v1 > v0
     b01 = v1 if t01 else v0
     i01 = i0 + 1 if t01 else i0
     t23 = v3 > v2
     b23 = v3 if t23 else v2
-    i23 = i0 + OW + 1 if t23 else i0 + OW
+    i23 = i0 + P + 1 if t23 else i0 + P
     t = b23 > b01  # strict: row 0 wins ties
     return (b23 if t else b01), (i23 if t else i01)
 
 
 @kernel(parallel=False)
-def _epilogue_relu_maxpool(o, a, yf, b, Wp, OW, L, PKH, PKW):
+def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
-    argmax, the argmax as an index into the (OH, OW) convolution output plane, ties to the first
-    maximum in row-major window order (as maxpool2d_forward). After the ReLU there is no NaN, so
-    plain comparisons are exact."""
+    argmax, the argmax as an index into the wide row (oy * Wp + ox: the backward scatters
+    without a division), ties to the first maximum in row-major window order (as
+    maxpool2d_forward). After the ReLU there is no NaN, so plain comparisons are exact."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     for co in range(Co):
@@ -135,10 +135,10 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, OW, L, PKH, PKW):
             if PKH == 2 and PKW == 2:  # branch-free selects so that the loop vectorises
                 r0 = row[oy * Wp:]
                 r1 = row[(oy + 1) * Wp:]
-                base = oy * OW
+                base = oy * Wp
                 for px in range(PW):
                     i = 2 * px
-                    orow[px], arow[px] = _max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, OW)
+                    orow[px], arow[px] = _max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, Wp)
             else:
                 for px in range(PW):
                     best = np.float32(-1.0)
@@ -149,7 +149,7 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, OW, L, PKH, PKW):
                             ox = px * PKW + kx
                             if src[ox] > best:
                                 best = src[ox]
-                                best_i = (oy + ky) * OW + ox
+                                best_i = (oy + ky) * Wp + ox
                     orow[px] = best
                     arow[px] = best_i
 
@@ -185,7 +185,7 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
             im2col_wide(cf, 0, L, x[n], KH, KW, Wp, L)
         sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
         if PKH > 0:
-            _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, OW, L, PKH, PKW)
+            _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, L, PKH, PKW)
         else:
             _epilogue(out[n], yf, b, Wp, L, relu)
 
@@ -211,10 +211,10 @@ def _wide_grad(gf, off, P, dout, y, Wp, relu):
 
 
 @kernel(parallel=False)
-def _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L):
+def _wide_grad_pooled(gf, off, P, dout, y, a, L):
     """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + max pool routed to each
-    window's argmax a (Co, PH, PW) on wide rows of length L and pitch Wp (zero elsewhere; Wp = OW,
-    L = OH * OW lays them out exactly); y, dout: pooled values and their gradient."""
+    window's argmax a (Co, PH, PW), an index into the row of length L (zero elsewhere); y, dout:
+    pooled values and their gradient."""
     Co, PH, PW = dout.shape
     zero = np.float32(0.0)
     for co in range(Co):
@@ -222,17 +222,19 @@ def _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L):
         for j in range(L):
             row[j] = zero
         for py in range(PH):
+            yr = y[co, py]
+            ar = a[co, py]
+            dr = dout[co, py]
             for px in range(PW):
-                if y[co, py, px] > zero:  # the ReLU passed the maximum
-                    i = a[co, py, px]
-                    row[(i // OW) * Wp + i % OW] = dout[co, py, px]
+                if yr[px] > zero:  # the ReLU passed the maximum
+                    row[ar[px]] = dr[px]
 
 
 @kernel(parallel=False)
-def _grad_rows(gf, off, P, dout, y, a, Wp, OW, L, relu, pooled):
+def _grad_rows(gf, off, P, dout, y, a, Wp, L, relu, pooled):
     """_wide_grad_pooled when pooled (a: the argmax), else _wide_grad."""
     if pooled:
-        _wide_grad_pooled(gf, off, P, dout, y, a, Wp, OW, L)
+        _wide_grad_pooled(gf, off, P, dout, y, a, L)
     else:
         _wide_grad(gf, off, P, dout, y, Wp, relu)
 
@@ -290,7 +292,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
                     im2col_wide(cf, e * L, PG, pad[t], KH, KW, Wp, L)
                 else:
                     im2col_wide(cf, e * L, PG, x[n], KH, KW, Wp, L)
-                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, OW, L, relu, pooled)
+                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled)
             _add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
