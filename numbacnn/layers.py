@@ -17,9 +17,10 @@ from .kernels import kernels_for
 
 Shape = tuple[int, ...]
 
-# Stride-1 convolutions with at least this many input channels run on position-major columns
-# (see Conv2D.strategy).
-POSITIONS_MIN_CHANNELS = 8
+# Stride-1 convolutions run on position-major columns from POSITIONS_MIN_CKK = C_in*KH*KW and
+# POSITIONS_MIN_CHANNELS input channels on (see Conv2D.strategy).
+POSITIONS_MIN_CKK = 100
+POSITIONS_MIN_CHANNELS = 3
 
 
 def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
@@ -282,17 +283,25 @@ class Conv2D(Layer):
     def strategy(self) -> str:
         """How the CPU kernels run; the one place where it is chosen.
 
-        - "positions" (stride 1, at least POSITIONS_MIN_CHANNELS input channels): position-major
-          columns, one row per output position, GEMMs (L x ckk) @ (ckk x Co) forward and over
-          ``_group()`` examples backward (kernels/cpu/conv2d_positions.py).
-        - "wide" (stride 1, fewer input channels): im2col by whole-row copies over the padded
-          input width, a GEMM W @ cols per example forward and over ``_group()`` examples
-          side by side backward (kernels/cpu/conv2d_wide.py).
+        - "positions" (stride 1, ckk = C_in*KH*KW >= POSITIONS_MIN_CKK and C_in >=
+          POSITIONS_MIN_CHANNELS): position-major columns, one row per output position, copied
+          in runs of KW*C_in floats; GEMMs (L x ckk) @ (ckk x Co) forward and over ``_group()``
+          examples backward (kernels/cpu/conv2d_positions.py).
+        - "wide" (other stride-1 layers): im2col by whole-row copies over the padded input width,
+          a GEMM W @ cols per example forward and over ``_group()`` examples side by side
+          backward (kernels/cpu/conv2d_wide.py).
+        The crossover, measured on 2 cores (forward + backward of conv, ReLU and 2x2 pool, batch
+        64, noisy): positions took 0.73-0.92x the time for 5x5 and 7x7 kernels from ckk = 100 on
+        (LeNet's 6 -> 16 on 12x12: 0.85x; on 28x28 0.96x and 1.07x in two runs), 0.96x and 0.86x
+        for 3x3 with 12 and 16 channels (32 -> 64: about 0.7x), 1.0-1.2x for 3x3 with 8-10
+        channels, and 1.3-2x for narrow layers (3x3 with 1-6 channels).
         - "gemm" (strided): im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
         """
         if self.stride != (1, 1):
             return "gemm"
-        return "positions" if self.in_channels >= POSITIONS_MIN_CHANNELS else "wide"
+        ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        positions = ckk >= POSITIONS_MIN_CKK and self.in_channels >= POSITIONS_MIN_CHANNELS
+        return "positions" if positions else "wide"
 
     def _group(self) -> int:
         """Examples per GEMM in the backward of the "wide" and "positions" strategies. Grouping

@@ -20,11 +20,12 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, two gradient chunks
     (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
     (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
-    (21, 8, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (16 + 5 examples)
-    (19, 8, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after a chunk of two groups
-    (21, 6, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
-    (3, 9, 7, 6, 5, (2, 3), 1, (1, 2)),  # position-major, rectangular kernel and padding
-    (2, 8, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
+    (21, 12, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (16 + 5 examples)
+    (19, 12, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after a chunk of two groups
+    (21, 8, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
+    (3, 9, 7, 6, 5, (3, 4), 1, (1, 2)),  # position-major, rectangular kernel and padding
+    (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
+    (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
 ]
 
 
@@ -35,8 +36,11 @@ def _pad(p, k):
 def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(1, 6, 5).strategy == "wide"
     assert nc.Conv2D(32, 64, 3).strategy == "positions"
-    assert nc.Conv2D(nc.layers.POSITIONS_MIN_CHANNELS, 4, 3, padding=1).strategy == "positions"
-    assert nc.Conv2D(nc.layers.POSITIONS_MIN_CHANNELS - 1, 4, 3).strategy == "wide"
+    assert nc.Conv2D(6, 16, 5).strategy == "positions"  # LeNet's second layer
+    assert nc.Conv2D(12, 4, 3, padding=1).strategy == "positions"
+    assert nc.Conv2D(8, 4, 3).strategy == "wide"  # Ci*KH*KW < 100
+    assert nc.Conv2D(2, 4, 9).strategy == "wide"  # too few channels for long copies
+    assert nc.Conv2D(1, 32, 3).strategy == "wide"
     assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
     assert nc.Conv2D(32, 64, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
@@ -206,11 +210,12 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
     (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
     (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
-    (21, 8, 6, 6, 32, 3, 0, 2),  # position-major (Ci >= 8), grouped backward GEMMs
-    (21, 6, 6, 6, 32, 3, 0, 2),  # wide rows, grouped backward GEMMs
-    (3, 8, 10, 9, 5, 2, 1, 3),  # position-major, padded, 3x3 windows
-    (2, 9, 9, 9, 3, 3, 0, (2, 3)),  # position-major, rectangular windows
-    (2, 9, 7, 9, 3, 3, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes
+    (21, 12, 6, 6, 32, 3, 0, 2),  # position-major, grouped backward GEMMs
+    (21, 8, 6, 6, 32, 3, 0, 2),  # wide rows, grouped backward GEMMs
+    (3, 12, 10, 9, 5, 3, 1, 3),  # position-major, padded, 3x3 windows
+    (2, 12, 9, 9, 3, 3, 0, (2, 3)),  # position-major, rectangular windows
+    (2, 12, 7, 9, 3, 3, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes
+    (4, 6, 12, 12, 16, 5, 0, 2),  # position-major, LeNet's second layer
 ]
 
 
@@ -231,7 +236,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, poo
     else:
         x = f32(rng.standard_normal((N, Ci, H, W)))
     y = net.forward(x, training=True)
-    assert ("xt" in conv._buffers) == (Ci >= nc.layers.POSITIONS_MIN_CHANNELS)
+    assert ("xt" in conv._buffers) == (conv.strategy == "positions")
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
     h = np.maximum(ref.conv2d_forward(x, w, b, 1, P), 0)
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
