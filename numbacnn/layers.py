@@ -268,7 +268,7 @@ class Conv2D(Layer):
             else:
                 wide = (oh - 1) * wp + ow
                 xpad = self._buf("xpad", (slots, self.in_channels, hp, wp) if ph > 0 or pw > 0
-                                 else (1, 1, 1, 1))
+                                 else (slots, 1, 1, 1))
                 K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)),
                                       self._buf("cols", (slots, ckk, wide)), xpad, x, self.weight,
                                       self.bias, ph, pw, self.fused_relu, *pk)

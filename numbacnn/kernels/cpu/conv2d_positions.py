@@ -43,8 +43,8 @@ def _transpose_padded(xtf, x, PH, PW):
 
 
 @kernel(parallel=False)
-def _position_runs(cf, off, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
-    """The copies behind im2col (adjoint False: cf[off:] <- xtf) and col2im (True: xtf += cf[off:])
+def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
+    """The copies behind im2col (adjoint False: cf <- xtf) and col2im (True: xtf += cf)
     on position-major columns. In (ky, kx, c) order the KW taps of one kernel row read KW
     consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is one
     contiguous run of KW * C floats. (Loops over runs rather than over taps and channels: with
@@ -52,7 +52,7 @@ def _position_runs(cf, off, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
     run = ckk // KH
     for oy in range(OH):
         for ox in range(OW):
-            c0 = off + (oy * OW + ox) * ckk
+            c0 = (oy * OW + ox) * ckk
             for ky in range(KH):
                 x0 = ((oy + ky) * Wp + ox) * C
                 cr = cf[c0 + ky * run:c0 + ky * run + run]
@@ -66,26 +66,26 @@ def _position_runs(cf, off, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
 
 
 @kernel(parallel=False)
-def _im2col_positions(cf, off, xtf, x, PH, PW, KH, KW):
-    """Position-major columns at cf[off:off + L * ckk], (L, KH*KW*C) with L = OH * OW, of the
-    example x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for its padded transpose."""
+def _im2col_positions(cf, xtf, x, PH, PW, KH, KW):
+    """Position-major columns cf[:L * ckk], (L, KH*KW*C) with L = OH * OW, of the example
+    x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for its padded transpose."""
     C, H, W = x.shape
     Wp = W + 2 * PW
     _transpose_padded(xtf, x, PH, PW)
-    _position_runs(cf, off, xtf, Wp, H + 2 * PH - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, False)
+    _position_runs(cf, xtf, Wp, H + 2 * PH - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, False)
 
 
 @kernel(parallel=False)
-def _col2im_positions(dxn, dcf, off, xtf, PH, PW, KH, KW):
-    """dxn (C, H, W) = the adjoint of _im2col_positions applied to the columns at
-    dcf[off:off + L * ckk] (overwritten, not accumulated); xtf: a (Hp * Wp, C) workspace."""
+def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW):
+    """dxn (C, H, W) = the adjoint of _im2col_positions applied to the columns dcf[:L * ckk]
+    (overwritten, not accumulated); xtf: a (Hp * Wp, C) workspace."""
     C, H, W = dxn.shape
     Wp = W + 2 * PW
     Hp = H + 2 * PH
     zero = np.float32(0.0)
     for i in range(Hp * Wp * C):
         xtf[i] = zero
-    _position_runs(dcf, off, xtf, Wp, Hp - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, True)
+    _position_runs(dcf, xtf, Wp, Hp - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, True)
     for c in range(C):
         for i in range(H):
             s0 = ((PH + i) * Wp + PW) * C + c
@@ -170,7 +170,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, PH, PW, KH, KW
     for n in prange(N):  # each example writes out[n] and its thread's workspaces
         t = numba.get_thread_id()
         cf = cols[t].reshape(L * ckk)
-        _im2col_positions(cf, 0, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW)
+        _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW)
         yf = yw[t].reshape(L * Co)
         sgemm(False, False, L, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
               np.float32(0.0), yf, 0, Co)
@@ -213,7 +213,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
             G = min(group, E - g0)
             for e in range(G):
                 n = n0 + g0 + e
-                _im2col_positions(cf, e * L * ckk, xtf, x[n], PH, PW, KH, KW)
+                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW)
                 _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled)
             _add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
@@ -225,4 +225,4 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
                 sgemm(True, False, G * L, ckk, Co, np.float32(1.0), gf, 0, PG, wkf, 0, ckk,
                       zero, dcf, 0, ckk)
                 for e in range(G):
-                    _col2im_positions(dx[n0 + g0 + e], dcf, e * L * ckk, xtf, PH, PW, KH, KW)
+                    _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW)

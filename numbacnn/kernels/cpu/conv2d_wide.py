@@ -23,10 +23,11 @@ from .blas import sgemm
 
 
 @kernel(parallel=False)
-def im2col_wide(cf, off, P, xplane, KH, KW, Wp, L):
-    """cf[off + r * P + j] = xplane[c].flat[ky * Wp + kx + j] for r = (c, ky, kx), j < L.
+def im2col_wide(cf, P, xplane, KH, KW, Wp, L):
+    """cf[r * P + j] = xplane[c].flat[ky * Wp + kx + j] for r = (c, ky, kx), j < L.
 
-    cf: flat columns buffer of row pitch P; xplane: (C, Hp, Wp), contiguous.
+    cf: flat columns of row pitch P (a slice of the buffer, starting at the example's column);
+    xplane: (C, Hp, Wp), contiguous.
     """
     C = xplane.shape[0]
     plane = xplane.shape[1] * Wp
@@ -35,16 +36,16 @@ def im2col_wide(cf, off, P, xplane, KH, KW, Wp, L):
         for ky in range(KH):
             for kx in range(KW):
                 src = xf[c * plane + ky * Wp + kx:]
-                d0 = off + ((c * KH + ky) * KW + kx) * P
+                d0 = ((c * KH + ky) * KW + kx) * P
                 dst = cf[d0:d0 + L]
                 for j in range(L):
                     dst[j] = src[j]
 
 
 @kernel(parallel=False)
-def col2im_wide(dplane, dcf, off, P, KH, KW, Wp, L):
-    """dplane = the adjoint of im2col_wide applied to the columns at (off, pitch P) of dcf
-    (overwritten, not accumulated). dplane: (C, Hp, Wp)."""
+def col2im_wide(dplane, dcf, P, KH, KW, Wp, L):
+    """dplane = the adjoint of im2col_wide applied to the columns dcf of pitch P (overwritten,
+    not accumulated). dplane: (C, Hp, Wp)."""
     C = dplane.shape[0]
     plane = dplane.shape[1] * Wp
     df = dplane.reshape(C * plane)
@@ -55,7 +56,7 @@ def col2im_wide(dplane, dcf, off, P, KH, KW, Wp, L):
         for ky in range(KH):
             for kx in range(KW):
                 dst = df[c * plane + ky * Wp + kx:]
-                s0 = off + ((c * KH + ky) * KW + kx) * P
+                s0 = ((c * KH + ky) * KW + kx) * P
                 src = dcf[s0:s0 + L]
                 for j in range(L):
                     dst[j] += src[j]
@@ -77,6 +78,16 @@ def _pad_plane(xp, x, PH, PW):
             dst = xp[c, PH + i]
             for j in range(W):
                 dst[PW + j] = src[j]
+
+
+@kernel(parallel=False)
+def _plane(xp, x, PH, PW):
+    """The plane that im2col reads for the example x (C, H, W): x itself, or, when padded, the
+    workspace xp filled by _pad_plane. (One im2col call site per kernel: less code to compile.)"""
+    if PH > 0 or PW > 0:
+        _pad_plane(xp, x, PH, PW)
+        return xp
+    return x
 
 
 @kernel(parallel=False)
@@ -163,7 +174,8 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
     (unused without pooling); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L);
-    yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded. Nothing is cached for the backward.
+    yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else (T, 1, 1, 1). Nothing is
+    cached for the backward.
     """
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
@@ -172,17 +184,12 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     OW = Wp - KW + 1
     L = (OH - 1) * Wp + OW
     ckk = Ci * KH * KW
-    padded = PH > 0 or PW > 0
     wf = w.reshape(Co * ckk)
     for n in prange(N):  # each example writes out[n] and its thread's workspaces
         t = numba.get_thread_id()
         cf = cols[t].reshape(ckk * L)
         yf = yw[t].reshape(Co * L)
-        if padded:
-            _pad_plane(xpad[t], x[n], PH, PW)
-            im2col_wide(cf, 0, L, xpad[t], KH, KW, Wp, L)
-        else:
-            im2col_wide(cf, 0, L, x[n], KH, KW, Wp, L)
+        im2col_wide(cf, L, _plane(xpad[t], x[n], PH, PW), KH, KW, Wp, L)
         sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
         if PKH > 0:
             _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, L, PKH, PKW)
@@ -287,11 +294,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
             G = min(group, E - g0)
             for e in range(G):
                 n = n0 + g0 + e
-                if padded:
-                    _pad_plane(pad[t], x[n], PH, PW)
-                    im2col_wide(cf, e * L, PG, pad[t], KH, KW, Wp, L)
-                else:
-                    im2col_wide(cf, e * L, PG, x[n], KH, KW, Wp, L)
+                im2col_wide(cf[e * L:], PG, _plane(pad[t], x[n], PH, PW), KH, KW, Wp, L)
                 _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled)
             _add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
@@ -304,14 +307,12 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
                       zero, dcf, 0, PG)
                 for e in range(G):
                     n = n0 + g0 + e
-                    if padded:
-                        dp = pad[t]
-                        col2im_wide(dp, dcf, e * L, PG, KH, KW, Wp, L)
+                    dp = pad[t] if padded else dx[n]
+                    col2im_wide(dp, dcf[e * L:], PG, KH, KW, Wp, L)
+                    if padded:  # crop the border
                         for ci in range(Ci):
                             for i in range(H):
                                 src = dp[ci, PH + i]
                                 dst = dx[n, ci, i]
                                 for j in range(W):
                                     dst[j] = src[PW + j]
-                    else:
-                        col2im_wide(dx[n], dcf, e * L, PG, KH, KW, Wp, L)
