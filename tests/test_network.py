@@ -193,3 +193,25 @@ def test_eval_forward_in_slices_matches_training_forward(rng):
     np.testing.assert_array_equal(net.predict(x), full.argmax(1))
     proba = net.predict_proba(x)
     np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
+
+
+def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
+    """_config.kernel compiles at KERNEL_OPT and puts numba's level back, also after an error."""
+    import numba
+
+    from numbacnn import _config
+
+    before = numba.config.OPT
+    seen = _config._compile_at_kernel_opt(lambda sig: int(numba.config.OPT))(None)
+    assert seen == _config.KERNEL_OPT and numba.config.OPT == before
+
+    def fail(sig):
+        raise RuntimeError("compile failed")
+    with pytest.raises(RuntimeError, match="compile failed"):
+        _config._compile_at_kernel_opt(fail)(None)
+    assert numba.config.OPT == before
+
+    @_config.kernel(parallel=False)
+    def add_one(a):
+        return a + 1.0
+    assert add_one(np.float32(1.0)) == 2.0 and numba.config.OPT == before
