@@ -32,10 +32,11 @@ def dense_forward(out, x, w, b):
         j1 = min(F_out, j0 + block)
         sgemm(False, True, N, j1 - j0, F_in, np.float32(1.0), xf, 0, F_in, wf, j0 * F_in, F_in,
               np.float32(0.0), of, j0, F_out)
+        bs = b[j0:j1]
         for n in range(N):
-            row = out[n]
-            for j in range(j0, j1):
-                row[j] += b[j]
+            row = out[n, j0:j1]
+            for j in range(j1 - j0):
+                row[j] += bs[j]
 
 
 @kernel()

@@ -1,4 +1,7 @@
-"""Optimizer updates over one flat parameter buffer, with torch.optim's exact formulas."""
+"""Optimizer updates over one flat parameter buffer, with torch.optim's exact formulas.
+
+Each prange iteration updates one block through slices, so that the inner loops index from 0:
+indexing with a computed offset (blk * _BLOCK + i) kept them from vectorising (5-10x slower)."""
 import math
 
 import numpy as np
@@ -21,16 +24,18 @@ def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first
     damp = np.float32(1.0 - dampening)
     wd = np.float32(weight_decay)
     for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
-            d = g[i] + wd * p[i]
-            if momentum != 0.0:
-                if first_step:
-                    b = d
-                else:
-                    b = mom * buf[i] + damp * d
-                buf[i] = b
-                d = d + mom * b if nesterov else b
-            p[i] -= lr32 * d
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        ps, gs, bs = p[lo:hi], g[lo:hi], buf[lo:hi]
+        if momentum == 0.0:
+            for i in range(hi - lo):
+                ps[i] -= lr32 * (gs[i] + wd * ps[i])
+        else:
+            for i in range(hi - lo):
+                d = gs[i] + wd * ps[i]
+                b = d if first_step else mom * bs[i] + damp * d
+                bs[i] = b
+                ps[i] -= lr32 * (d + mom * b if nesterov else b)
 
 
 @kernel()
@@ -47,22 +52,25 @@ def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay
     wd = np.float32(weight_decay)
     mom = np.float32(momentum)
     for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
-            d = g[i] + wd * p[i]
-            sq = a * square_avg[i] + one_a * d * d
-            square_avg[i] = sq
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        ps, gs, sqs, gas, bs = p[lo:hi], g[lo:hi], square_avg[lo:hi], grad_avg[lo:hi], buf[lo:hi]
+        for i in range(hi - lo):
+            d = gs[i] + wd * ps[i]
+            sq = a * sqs[i] + one_a * d * d
+            sqs[i] = sq
             if centered:
-                ga = a * grad_avg[i] + one_a * d
-                grad_avg[i] = ga
+                ga = a * gas[i] + one_a * d
+                gas[i] = ga
                 avg = np.sqrt(sq - ga * ga) + e
             else:
                 avg = np.sqrt(sq) + e
             if momentum > 0.0:
-                b = mom * buf[i] + d / avg
-                buf[i] = b
-                p[i] -= lr32 * b
+                b = mom * bs[i] + d / avg
+                bs[i] = b
+                ps[i] -= lr32 * b
             else:
-                p[i] -= lr32 * d / avg
+                ps[i] -= lr32 * d / avg
 
 
 @kernel()
@@ -78,10 +86,13 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
     inv_bc2_sqrt = np.float32(1.0 / bc2_sqrt)
     e = np.float32(eps)
     for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        for i in range(blk * _BLOCK, min(M, (blk + 1) * _BLOCK)):
-            d = g[i] + wd * p[i]
-            mi = b1 * m[i] + (np.float32(1.0) - b1) * d
-            vi = b2 * v[i] + (np.float32(1.0) - b2) * d * d
-            m[i] = mi
-            v[i] = vi
-            p[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        ps, gs, ms, vs = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+        for i in range(hi - lo):
+            d = gs[i] + wd * ps[i]
+            mi = b1 * ms[i] + (np.float32(1.0) - b1) * d
+            vi = b2 * vs[i] + (np.float32(1.0) - b2) * d * d
+            ms[i] = mi
+            vs[i] = vi
+            ps[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
