@@ -186,10 +186,13 @@ def test_maxpool2d_unpadded_fast_paths_fall_back_on_nan(rng, K, S):
 
 @pytest.mark.parametrize("Ci,K,S,P,relu", [(1, 5, 1, 0, False), (2, 3, 1, (1, 0), True),
                                           (1, (2, 4), 1, 0, True), (2, 3, 2, 1, True),
-                                          (8, (3, 2), 1, (1, 2), True), (9, 3, 1, 0, False)])
+                                          (8, (3, 2), 1, (1, 2), True), (9, 3, 1, 0, False),
+                                          (17, (3, 2), 1, (1, 2), True), (12, 3, 1, 0, False)])
 def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
-    """The weight-only backward of a first layer (need_dx=False), with and without a fused ReLU."""
+    """The weight-only backward of a first layer (need_dx=False), with and without a fused ReLU,
+    for every strategy ("wide", "positions" from Ci = 12 here, "gemm" when strided)."""
     layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
+    assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12 else "wide")
     layer.fused_relu = relu
     x = f32(rng.standard_normal((19, Ci, 9, 10)))  # 19 examples: two gradient chunks
     y = layer.forward(x, training=True)
