@@ -181,6 +181,23 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     return res
 
 
+def thread_scaling(net_name: str, batch: int, threads: int, rounds: int, block: float) -> float:
+    """Training throughput on ``threads`` threads over 1 thread for one model, timed in interleaved
+    blocks (1, N, 1, N, ...) so that machine noise hits both: the median of the rounds' ratios."""
+    ours = _Ours(net_name, batch)
+    ratios = []
+    for _ in range(rounds):
+        rates = []
+        for t in (1, threads):
+            _set_threads(t)
+            ours.train_step()  # one untimed step at the new thread count
+            time.sleep(0.05)
+            rates.append(_time_block(ours.train_step, block))
+        ratios.append(rates[1] / rates[0])
+    _set_threads(None)
+    return statistics.median(ratios)
+
+
 # --- compile time, warm start and memory (each in a fresh process) -----------------------------
 _CHILD = r"""
 import os, sys, time
@@ -298,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
                              f"{r['torch_infer_img_s']:11.0f} {r['infer_ratio']:5.2f}")
                 print(line, flush=True)
     _config.set_num_threads(None)
+    scaling: dict[str, dict[int, float]] = {}
+    top = max(threads)
+    if args.device == "cpu" and 1 in threads and top > 1:
+        print(f"training speed-up, {top} threads over 1 (same model, interleaved blocks):")
+        for net in nets:
+            scaling[net] = {b: thread_scaling(net, b, top, args.rounds, args.block) for b in batches}
+            print(f"  {net}: " + ", ".join(f"batch {b} {v:.2f}x" for b, v in scaling[net].items()),
+                  flush=True)
     startup = {}
     if not args.no_startup and args.device == "cpu":
         for net in nets:
@@ -315,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         import platform
         with open(args.json, "w") as f:
             json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "matmul_peak_gflops": peaks, "results": results, "startup": startup}, f, indent=2)
+                       "matmul_peak_gflops": peaks, "results": results,
+                       "thread_scaling": scaling, "startup": startup}, f, indent=2)
     return 0
 
 

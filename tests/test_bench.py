@@ -1,0 +1,29 @@
+"""The benchmark tool: FLOP counts against a hand count, and a tiny end-to-end run to JSON."""
+import json
+
+import numbacnn as nc
+from numbacnn import bench
+
+
+def test_flops_per_image_match_a_hand_count():
+    net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
+    conv1 = 2 * 6 * 1 * 5 * 5 * 24 * 24
+    conv2 = 2 * 16 * 6 * 5 * 5 * 8 * 8
+    dense = 2 * 256 * 120 + 2 * 120 * 10
+    fwd = conv1 + conv2 + dense
+    # training: forward, weight gradients and input gradients, minus the first layer's input gradient
+    assert bench.flops_per_image(net) == (fwd, 3 * fwd - conv1)
+
+
+def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--nets", "lenet5", "--batches", "8", "--threads", "1,2", "--rounds", "1",
+                       "--block", "0.01", "--no-torch", "--no-startup", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["results"]
+    assert [(r["net"], r["batch"], r["threads"]) for r in rows] == [("lenet5", 8, 1), ("lenet5", 8, 2)]
+    for r in rows:
+        assert r["train_img_s"] > 0 and r["infer_img_s"] > 0
+        assert abs(r["train_gflops"] - r["train_img_s"] * r["flops_train_per_image"] / 1e9) < 1e-6
+    assert data["thread_scaling"]["lenet5"]["8"] > 0
+    assert "lenet5" in capsys.readouterr().out
