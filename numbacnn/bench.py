@@ -140,7 +140,7 @@ class _Torch:
             self.net(self.x.to(self.device)).cpu()  # numbacnn returns host logits too
 
 
-def _set_threads(n: int, torch_mod=None) -> None:
+def _set_threads(n: int | None, torch_mod=None) -> None:
     from . import _config
 
     _config.set_num_threads(n)
