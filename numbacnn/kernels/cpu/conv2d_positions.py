@@ -47,22 +47,22 @@ def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
     """The copies behind im2col (adjoint False: cf <- xtf) and col2im (True: xtf += cf)
     on position-major columns. In (ky, kx, c) order the KW taps of one kernel row read KW
     consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is one
-    contiguous run of KW * C floats. (Loops over runs rather than over taps and channels: with
-    run-time sizes, numba's index arithmetic keeps the latter from vectorising, 4-5x slower.)"""
-    run = ckk // KH
+    contiguous run of KW * C floats. The offsets are unsigned: with signed computed indices numba
+    must handle negative ones (wraparound), which kept these loops from vectorising (4-5x slower);
+    unsigned indices were also 10 % faster than slicing every run (LeNet's 6 -> 16 layer)."""
+    run = numba.uint64(ckk // KH)
     for oy in range(OH):
         for ox in range(OW):
-            c0 = (oy * OW + ox) * ckk
+            c0 = numba.uint64((oy * OW + ox) * ckk)
             for ky in range(KH):
-                x0 = ((oy + ky) * Wp + ox) * C
-                cr = cf[c0 + ky * run:c0 + ky * run + run]
-                xr = xtf[x0:x0 + run]
+                x0 = numba.uint64(((oy + ky) * Wp + ox) * C)
+                c1 = c0 + numba.uint64(ky) * run
                 if adjoint:
                     for i in range(run):
-                        xr[i] += cr[i]
+                        xtf[x0 + i] += cf[c1 + i]
                 else:
                     for i in range(run):
-                        cr[i] = xr[i]
+                        cf[c1 + i] = xtf[x0 + i]
 
 
 @kernel(parallel=False)
