@@ -290,12 +290,13 @@ class Conv2D(Layer):
         - "wide" (other stride-1 layers): im2col by whole-row copies over the padded input width,
           a GEMM W @ cols per example forward and over ``_group()`` examples side by side
           backward (kernels/cpu/conv2d_wide.py).
+        - "gemm" (strided): im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
+
         The crossover, measured on 2 cores (forward + backward of conv, ReLU and 2x2 pool, batch
         64, noisy): positions took 0.73-0.92x the time for 5x5 and 7x7 kernels from ckk = 100 on
         (LeNet's 6 -> 16 on 12x12: 0.85x; on 28x28 0.96x and 1.07x in two runs), 0.96x and 0.86x
         for 3x3 with 12 and 16 channels (32 -> 64: about 0.7x), 1.0-1.2x for 3x3 with 8-10
         channels, and 1.3-2x for narrow layers (3x3 with 1-6 channels).
-        - "gemm" (strided): im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
         """
         if self.stride != (1, 1):
             return "gemm"
@@ -306,8 +307,9 @@ class Conv2D(Layer):
     def _group(self) -> int:
         """Examples per GEMM in the backward of the "wide" and "positions" strategies. Grouping
         lengthens the weight-gradient GEMM's inner dimension, which pays off for wide layers
-        (32 -> 64 channels, 3x3: about 5 % with 8) and costs as much for narrow ones (LeNet's
-        6 -> 16, 5x5: 10-20 % slower), measured on 2 cores."""
+        (32 -> 64 channels, 3x3, positions: 1 example per GEMM was 2-22 % slower than 8, 4 as
+        fast as 8, 16 3-4 % slower) and costs as much for narrow ones (LeNet's 6 -> 16, 5x5, in
+        the wide strategy: 10-20 % slower with 8), measured on 2 cores."""
         ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
         return 8 if self.out_channels >= 32 and ckk >= 64 else 1
 
