@@ -253,6 +253,33 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, poo
     np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("Ci,K,P,pool,stride", [(1, 3, 0, 2, 1), (2, 3, 1, 3, 1), (12, 3, 0, 2, 1),
+                                                  (12, 3, 1, (2, 3), 1), (2, 3, 1, 2, 2)])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_fused_conv_relu_pool_propagates_nan_and_inf(rng, Ci, K, P, pool, stride, bad):
+    """A NaN (or inf) in the input reaches the output exactly as through the three separate
+    layers (ReLU keeps NaN, max pooling lets the first NaN win), for every strategy: the fused
+    epilogues must not turn it into a finite number."""
+    net = nc.Sequential([nc.Conv2D(Ci, 4, K, stride=stride, padding=P), nc.ReLU(),
+                         nc.MaxPool2D(pool)], seed=1)
+    x = f32(rng.standard_normal((3, Ci, 12, 11)))
+    x[0, 0, 4, 5] = bad
+    x[2, Ci - 1, 0, 0] = -bad
+    conv = net.layers[0]
+    w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        h = np.maximum(ref.conv2d_forward(x, w, b, stride, P), 0)
+    ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
+    for training in (False, True):
+        y = net.forward(x, training=training)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ey))
+        np.testing.assert_array_equal(np.isinf(y), np.isinf(ey))
+        assert not np.isfinite(y[0]).all() and not np.isfinite(y[2]).all()
+        assert np.isfinite(y[1]).all()
+        finite = np.isfinite(ey)
+        np.testing.assert_allclose(y[finite], ey[finite], rtol=1e-5, atol=1e-5)
+
+
 def test_fusion_only_where_it_is_exact():
     convs = [nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3, stride=2), nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3)]
     net = nc.Sequential([convs[0], nc.ReLU(), nc.MaxPool2D(2, stride=1)])  # overlapping windows

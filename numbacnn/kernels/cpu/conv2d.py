@@ -102,7 +102,7 @@ def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW, relu):
             if relu:
                 for j in range(OHW):
                     v = row[j] + bias
-                    row[j] = v if v > zero else zero
+                    row[j] = v if not v < zero else zero  # max(v, 0); NaN stays NaN
             else:
                 for j in range(OHW):
                     row[j] += bias

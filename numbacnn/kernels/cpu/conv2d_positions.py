@@ -22,7 +22,7 @@ from numba import prange
 from ..._config import kernel
 from ._util import n_chunks
 from .blas import sgemm
-from .conv2d_wide import _add_row_sums, _grad_rows, _max2x2
+from .conv2d_wide import _add_row_sums, _grad_rows, _max2x2, _pool_scan
 
 
 @kernel(parallel=False)
@@ -97,10 +97,11 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW):
 @kernel(parallel=False)
 def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
-    position oy * OW + ox, channel co): bias, ReLU when relu, and (PKH > 0) max pooling with
-    stride = window, argmax as an index into the (OH, OW) plane, ties to the first maximum in
-    row-major window order (as maxpool2d_forward). o: (Co, OH, OW), or pooled (Co, PH, PW) with a
-    its argmax. The 2x2 path runs over channels, contiguous in ytf."""
+    position oy * OW + ox, channel co): bias, ReLU when relu (NaN stays NaN), and (PKH > 0) max
+    pooling with stride = window, argmax as an index into the (OH, OW) plane, with
+    maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or pooled (Co, PH, PW) with a its
+    argmax. The 2x2 path runs over channels, contiguous in ytf; an example holding a NaN or an
+    infinity takes _pool_scan instead."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     if PKH == 0:
@@ -110,8 +111,12 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
                 row = ytf[r0:r0 + Co]
                 for co in range(Co):
                     v = row[co] + b[co]
-                    o[co, oy, ox] = (v if v > zero else zero) if relu else v
-    elif PKH == 2 and PKW == 2:
+                    o[co, oy, ox] = (v if not v < zero else zero) if relu else v
+        return
+    bad = zero
+    for i in range(ytf.shape[0]):  # vectorises; NaN once any value is NaN or infinite
+        bad += ytf[i] * zero
+    if PKH == 2 and PKW == 2 and bad == bad:
         for py in range(PH):
             for px in range(PW):
                 j0 = 2 * py * OW + 2 * px  # also the argmax of the window's first element
@@ -132,21 +137,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
                     o[co, py, px], a[co, py, px] = _max2x2(v0, v1, v2, v3, j0, OW)
     else:
         for co in range(Co):
-            bias = b[co]
-            for py in range(PH):
-                for px in range(PW):
-                    best = np.float32(-1.0)  # below every ReLU output: the first maximum wins
-                    best_i = 0
-                    for ky in range(PKH):
-                        for kx in range(PKW):
-                            j = (py * PKH + ky) * OW + px * PKW + kx
-                            v = ytf[j * Co + co] + bias
-                            v = v if v > zero else zero
-                            if v > best:
-                                best = v
-                                best_i = j
-                    o[co, py, px] = best
-                    a[co, py, px] = best_i
+            _pool_scan(o[co], a[co], ytf, co, Co, OW, b[co], PKH, PKW)
 
 
 @kernel()

@@ -104,7 +104,7 @@ def _epilogue(o, yf, b, Wp, L, relu):
             if relu:
                 for ox in range(OW):
                     v = src[ox] + bias
-                    dst[ox] = v if v > zero else zero
+                    dst[ox] = v if not v < zero else zero  # max(v, 0); NaN stays NaN
             else:
                 for ox in range(OW):
                     dst[ox] = src[ox] + bias
@@ -125,44 +125,58 @@ def _max2x2(v0, v1, v2, v3, i0, P):
 
 
 @kernel(parallel=False)
+def _pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
+    """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
+    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their j.
+    As maxpool2d_forward: windows scanned in row-major order, the first maximum wins ties and
+    the first NaN wins (ReLU keeps NaN, as torch.relu does). The exact, general path."""
+    PH, PW = o.shape
+    zero = np.float32(0.0)
+    for py in range(PH):
+        for px in range(PW):
+            best = zero
+            best_i = -1
+            for ky in range(PKH):
+                for kx in range(PKW):
+                    j = (py * PKH + ky) * P + px * PKW + kx
+                    v = src[off + j * stride] + bias
+                    v = v if not v < zero else zero
+                    if best_i < 0 or (best == best and (v > best or v != v)):
+                        best = v
+                        best_i = j
+            o[py, px] = best
+            a[py, px] = best_i
+
+
+@kernel(parallel=False)
 def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
     argmax, the argmax as an index into the wide row (oy * Wp + ox: the backward scatters
-    without a division), ties to the first maximum in row-major window order (as
-    maxpool2d_forward). After the ReLU there is no NaN, so plain comparisons are exact."""
+    without a division), with maxpool2d_forward's tie and NaN rules. Channels holding a NaN or
+    an infinity take _pool_scan; the others the 2x2 selects (plain comparisons are exact there)."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     for co in range(Co):
         bias = b[co]
         row = yf[co * L:co * L + L]
+        bad = zero
         for j in range(L):  # contiguous: vectorises
             v = row[j] + bias
-            row[j] = v if v > zero else zero
-        for py in range(PH):
-            orow = o[co, py]
-            arow = a[co, py]
-            oy = py * PKH
-            if PKH == 2 and PKW == 2:  # branch-free selects so that the loop vectorises
-                r0 = row[oy * Wp:]
-                r1 = row[(oy + 1) * Wp:]
-                base = oy * Wp
+            bad += v * zero  # NaN once any v is NaN or infinite
+            row[j] = v if not v < zero else zero
+        if PKH == 2 and PKW == 2 and bad == bad:  # branch-free selects: the loop vectorises
+            for py in range(PH):
+                orow = o[co, py]
+                arow = a[co, py]
+                r0 = row[2 * py * Wp:]
+                r1 = row[(2 * py + 1) * Wp:]
+                base = 2 * py * Wp
                 for px in range(PW):
                     i = 2 * px
                     orow[px], arow[px] = _max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, Wp)
-            else:
-                for px in range(PW):
-                    best = np.float32(-1.0)
-                    best_i = 0
-                    for ky in range(PKH):
-                        src = row[(oy + ky) * Wp:]
-                        for kx in range(PKW):
-                            ox = px * PKW + kx
-                            if src[ox] > best:
-                                best = src[ox]
-                                best_i = (oy + ky) * Wp + ox
-                    orow[px] = best
-                    arow[px] = best_i
+        else:
+            _pool_scan(o[co], a[co], row, 0, 1, Wp, zero, PKH, PKW)
 
 
 @kernel()
