@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _warmup
 from .kernels import cpu as K
 from .layers import Conv2D, Layer, MaxPool2D, ReLU, Shape
 
@@ -157,6 +158,9 @@ class Sequential:
             def _to_device(a):
                 return a
         if training:
+            if self.device == "cpu" and not getattr(self, "_warmup_checked", False):
+                self._warmup_checked = True  # once per network: a cold cache compiles the
+                _warmup.start_backward_precompile(self, x.shape[1:])  # backward meanwhile
             h = _to_device(x)  # the batch is copied to the device once
             for layer in self.layers:
                 h = layer.forward(h, training=True)
@@ -182,6 +186,8 @@ class Sequential:
             raise RuntimeError("backward needs a preceding forward(x, training=True)")
         g: Any = dout
         for i in range(len(self.layers) - 1, -1, -1):
+            if isinstance(self.layers[i], Conv2D):
+                _warmup.wait_pending()  # no-op unless a child is compiling the conv backward
             g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
         return None if g is None else self._to_host(g).copy()
 

@@ -1,0 +1,72 @@
+"""The cold-start warm-up: a child process compiles the conv backward kernels into numba's cache."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+from conftest import ROOT
+
+import numbacnn as nc
+from numbacnn import _config, _warmup
+
+SCRIPT = r"""
+import json, sys
+import numpy as np
+import numbacnn as nc
+from numbacnn import _warmup
+net = nc.build_network("lenet5", (1, 28, 28), 10, seed=3)
+x = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
+y = np.arange(5) % 10
+logits = net.forward(x, training=True)
+started = bool(_warmup._pending)
+_, d = nc.softmax_cross_entropy(logits, y)
+net.backward(d, need_input_grad=False)
+np.savez(sys.argv[1], **net.grad_dict())
+import numbacnn.kernels.cpu as K
+conv = [K.conv2d_backward_wide, K.conv2d_backward_positions]
+print(json.dumps({"started": started, "misses": sum(sum(k.stats.cache_misses.values()) for k in conv)}))
+"""
+
+
+def _run(tmp_path, cache, name):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBACNN_PRECOMPILE="1")
+    env.pop("NUMBACNN_NO_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / name)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["misses"] == 0  # this process loaded its conv backward kernels from the cache
+    return res["started"]
+
+
+def test_cold_cache_child_compiles_conv_backward_and_results_are_unchanged(tmp_path):
+    cache = tmp_path / "cache"
+    # empty cache: a child was started, and it compiled the conv backward kernels (the parent
+    # loaded them from the cache: no cache miss)
+    assert _run(tmp_path, cache, "cold.npz") is True
+    index_files = {p.name.split("-")[0] for p in cache.rglob("*.nbi")}
+    assert {"conv2d_wide.conv2d_backward_wide", "conv2d_positions.conv2d_backward_positions",
+            "_util.sum_chunks"} <= index_files
+    assert _run(tmp_path, cache, "warm.npz") is False  # warm cache: no child
+    # the gradients are those of this process's own kernels, bit for bit
+    net = nc.build_network("lenet5", (1, 28, 28), 10, seed=3)
+    x = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
+    _, d = nc.softmax_cross_entropy(net.forward(x, training=True), np.arange(5) % 10)
+    net.backward(d, need_input_grad=False)
+    for f in ("cold.npz", "warm.npz"):
+        saved = np.load(tmp_path / f)
+        for k, v in net.grad_dict().items():
+            np.testing.assert_array_equal(saved[k], v, err_msg=f"{f}: {k}")
+
+
+def test_no_child_without_disk_cache_or_when_switched_off(monkeypatch):
+    net = nc.build_network("mnistcnn", (1, 28, 28), 10, seed=0)
+    monkeypatch.setattr(_warmup, "_cache_is_cold", lambda name: True)
+    monkeypatch.setattr(_warmup, "_started", set())
+    monkeypatch.setenv("NUMBACNN_PRECOMPILE", "0")
+    assert _warmup.start_backward_precompile(net, (1, 28, 28)) is False
+    monkeypatch.setenv("NUMBACNN_PRECOMPILE", "1")
+    monkeypatch.setattr(_config, "_CACHE", False)
+    assert _warmup.start_backward_precompile(net, (1, 28, 28)) is False
+    assert not _warmup._pending
