@@ -2,7 +2,8 @@
 
 Trains and runs inference on lenet5 and mnistcnn (28x28x1 inputs, 10 classes) for several batch sizes
 and thread counts, and prints images/second, achieved GFLOP/s, the fraction of the float32 matmul
-peak measured in the same run, and -- when PyTorch is importable -- PyTorch's numbers measured in
+peak (numpy `@`, measured beside each configuration's timed blocks, once per round: the machine's
+speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured in
 interleaved blocks (ours, theirs, ours, ...) with the median ratio. Also reports the JIT compile time
 from an empty cache, the warm-cache time to the first step, and peak training memory.
 """
@@ -160,6 +161,7 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
                            "flops_forward_per_image": fwd, "flops_train_per_image": train}
+    peaks: list[float] = []
     for mode in ("train", "infer"):
         fns = [getattr(ours, "train_step" if mode == "train" else "infer")]
         if theirs:
@@ -172,12 +174,16 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
             for i, f in enumerate(fns):
                 time.sleep(0.05)  # let the other side's spinning threads go idle
                 samples[i].append(_time_block(f, block) * batch)
+            if mode == "train":  # the peak beside the blocks: the machine's speed drifts
+                peaks.append(matmul_peak(threads, repeats=2))
         ours_ips = statistics.median(samples[0])
         res[f"{mode}_img_s"] = ours_ips
         res[f"{mode}_gflops"] = ours_ips * (train if mode == "train" else fwd) / 1e9
         if theirs:
             res[f"torch_{mode}_img_s"] = statistics.median(samples[1])
             res[f"{mode}_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[1]))
+    res["matmul_peak_gflops"] = statistics.median(peaks)
+    res["train_fraction_of_peak"] = res["train_gflops"] / res["matmul_peak_gflops"]
     return res
 
 
@@ -304,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         for b in batches:
             for t in threads:
                 r = bench_config(net, b, t, args.rounds, args.block, use_torch, args.device)
-                r["matmul_peak_gflops"] = peaks[t]
-                r["train_fraction_of_peak"] = r["train_gflops"] / peaks[t]
                 results.append(r)
                 line = (f"{net:9} {b:5d} {t:3d} | {r['train_img_s']:11.0f} {r['train_gflops']:7.1f} "
                         f"{100 * r['train_fraction_of_peak']:5.1f} | {r['infer_img_s']:11.0f} "

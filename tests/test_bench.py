@@ -25,5 +25,7 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     for r in rows:
         assert r["train_img_s"] > 0 and r["infer_img_s"] > 0
         assert abs(r["train_gflops"] - r["train_img_s"] * r["flops_train_per_image"] / 1e9) < 1e-6
+        assert r["matmul_peak_gflops"] > 0
+        assert abs(r["train_fraction_of_peak"] - r["train_gflops"] / r["matmul_peak_gflops"]) < 1e-9
     assert data["thread_scaling"]["lenet5"]["8"] > 0
     assert "lenet5" in capsys.readouterr().out
