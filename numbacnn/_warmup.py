@@ -34,7 +34,7 @@ _STAND_INS = ("conv2d_forward", "conv2d_forward_positions", "conv2d_forward_wide
               "tanh_forward", "tanh_backward", "dropout_forward", "dropout_backward")
 _CONV_BACKWARD = {"wide": "conv2d_backward_wide", "positions": "conv2d_backward_positions",
                   "gemm": "conv2d_backward"}
-WAIT_S = 600.0  # the longest the parent waits for the child
+WAIT_S = 300.0  # the longest the parent waits for the child (it compiles in 10-25 s)
 
 _started: set[str] = set()  # conv backward kernels a child was started for in this process
 _pending: list[subprocess.Popen] = []
