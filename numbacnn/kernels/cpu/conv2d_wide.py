@@ -10,8 +10,10 @@ So im2col is C*KH*KW memcpys of length L per example, and col2im as many contigu
 Nothing is cached between forward and backward: the backward rebuilds the columns from x (cheap),
 and, still in cache, they feed its GEMMs 10-40 % faster than a stored copy read back from memory.
 It lays a group of examples side by side (row pitch G * L), so the weight gradient of a group is
-one GEMM with a long inner dimension. Flat buffers with (offset, pitch) views keep every inner
-loop on a contiguous slice. GEMMs go through ``blas.sgemm``, single-threaded inside prange.
+one GEMM with a long inner dimension. Flat buffers, sliced at an example's offset and read with a
+row pitch, keep every inner loop on a contiguous slice indexed from 0 (numba vectorises those).
+GEMMs go through ``blas.sgemm``, single-threaded inside prange. The fused-pool helpers here
+(_max2x2, _pool_scan, _grad_rows, _add_row_sums) serve conv2d_positions.py too.
 """
 import numba
 import numpy as np
