@@ -64,8 +64,11 @@ def start_backward_precompile(net: Any, in_shape: tuple[int, ...]) -> bool:
     if not todo:
         return False
     _started.update(todo)
-    spec = json.dumps({"layers": [[type(layer).__name__, layer.get_config()] for layer in net.layers],
-                       "shape": [int(s) for s in in_shape]})
+    try:
+        spec = json.dumps({"layers": [[type(layer).__name__, layer.get_config()]
+                                      for layer in net.layers], "shape": [int(s) for s in in_shape]})
+    except (TypeError, ValueError):  # a layer the child could not rebuild: compile here
+        return False
     env = dict(os.environ, NUMBACNN_PRECOMPILE="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # numbacnn's parent
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
