@@ -1,4 +1,5 @@
-"""Small shared CPU kernels: chunk bounds and the fixed-order reduction of per-chunk gradients."""
+"""Small shared CPU kernels: chunk bounds, bias-gradient row sums and the fixed-order reduction
+of per-chunk gradients."""
 import numpy as np
 from numba import prange
 
@@ -20,6 +21,18 @@ def zero_parts(dw, db):
         row = dw[co]
         for k in range(dw.shape[1]):
             row[k] = zero
+
+
+@kernel(parallel=False)
+def add_row_sums(db, gf, P, n, first):
+    """db[co] (+)= the sum of gf[co * P:co * P + n] (the bias gradient of a group's rows);
+    overwrites when first."""
+    for co in range(db.shape[0]):
+        row = gf[co * P:co * P + n]
+        s = np.float32(0.0)
+        for j in range(n):
+            s += row[j]
+        db[co] = s if first else db[co] + s
 
 
 @kernel()

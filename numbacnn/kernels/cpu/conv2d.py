@@ -7,7 +7,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks, zero_parts
+from ._util import add_row_sums, n_chunks, zero_parts
 from .blas import sgemm
 
 
@@ -138,12 +138,8 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, 
                     for j in range(OHW):
                         gm[co, j] = g[co, j] if yn[co, j] > zero else zero
                 g = gm
-            for co in range(Co):
-                s = zero
-                for j in range(OHW):
-                    s += g[co, j]
-                dbc[co] += s
             gf = g.reshape(Co * OHW)
+            add_row_sums(dbc, gf, OHW, OHW, False)
             # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
             sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
                   0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)

@@ -1,4 +1,5 @@
-"""Stride-1 2-D convolution on position-major columns, for layers with many input channels.
+"""Stride-1 2-D convolution on position-major columns, for layers with a long filter
+(C_in*KH*KW >= 100; the choice is made in Conv2D.strategy).
 
 Columns are laid out one row per output position p = (oy, ox), exactly OH * OW rows (no junk
 positions), with the taps and channels along the row in (ky, kx, c) order:
@@ -8,9 +9,9 @@ C contiguous floats, and so is every col2im add. In this orientation the GEMMs
     forward      y (L, Co)      = cols (L, ckk) @ wt (ckk, Co)
     weight grad  dW (Co, ckk)  (+)= g (Co, G*L) @ cols (G*L, ckk)
     input grad   dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk)
-run 10-20 % faster in OpenBLAS than the channel-major ones for C_in >= 8 (measured with 32 -> 64
-channels, 3x3), and they skip the wide layout's KW - 1 junk columns per row (14 % of the work on
-an 11 x 11 output).
+ran 10-20 % faster in OpenBLAS than the channel-major ones (measured with 32 -> 64 channels,
+3x3), and they skip the wide layout's KW - 1 junk columns per row (14 % of the work on an
+11 x 11 output).
 
 As in conv2d_wide.py nothing is cached between forward and backward: the backward rebuilds the
 columns per group of examples. GEMMs go through ``blas.sgemm``, single-threaded inside prange.
@@ -20,9 +21,9 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks
+from ._util import add_row_sums, n_chunks
 from .blas import sgemm
-from .conv2d_wide import _add_row_sums, _grad_rows, _max2x2, _pool_scan
+from .conv2d_wide import _grad_rows, _max2x2, _pool_scan
 
 
 @kernel(parallel=False)
@@ -206,7 +207,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
                 n = n0 + g0 + e
                 _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW)
                 _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled)
-            _add_row_sums(dbc, gf, PG, G * L, g0 == 0)
+            add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
             sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,
                   np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)

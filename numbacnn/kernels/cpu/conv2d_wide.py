@@ -13,15 +13,35 @@ It lays a group of examples side by side (row pitch G * L), so the weight gradie
 one GEMM with a long inner dimension. Flat buffers, sliced at an example's offset and read with a
 row pitch, keep every inner loop on a contiguous slice indexed from 0 (numba vectorises those).
 GEMMs go through ``blas.sgemm``, single-threaded inside prange. The fused-pool helpers here
-(_max2x2, _pool_scan, _grad_rows, _add_row_sums) serve conv2d_positions.py too.
+(_max2x2, _pool_scan, _grad_rows) serve conv2d_positions.py too.
 """
 import numba
 import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks
+from ._util import add_row_sums, n_chunks
 from .blas import sgemm
+
+
+@kernel(parallel=False)
+def _wide_runs(cf, P, pf, C, plane, KH, KW, Wp, L, adjoint):
+    """The copies behind im2col_wide (adjoint False: cf <- pf) and col2im_wide (True: pf += cf):
+    row r = (c, ky, kx) of the columns, at cf[r * P:r * P + L], is the contiguous slice
+    pf[c * plane + ky * Wp + kx:][:L] of the flat plane pf (C planes of ``plane`` floats)."""
+    for c in range(C):
+        for ky in range(KH):
+            for kx in range(KW):
+                p0 = c * plane + ky * Wp + kx
+                pr = pf[p0:p0 + L]
+                c0 = ((c * KH + ky) * KW + kx) * P
+                cr = cf[c0:c0 + L]
+                if adjoint:
+                    for j in range(L):
+                        pr[j] += cr[j]
+                else:
+                    for j in range(L):
+                        cr[j] = pr[j]
 
 
 @kernel(parallel=False)
@@ -33,15 +53,7 @@ def im2col_wide(cf, P, xplane, KH, KW, Wp, L):
     """
     C = xplane.shape[0]
     plane = xplane.shape[1] * Wp
-    xf = xplane.reshape(C * plane)
-    for c in range(C):
-        for ky in range(KH):
-            for kx in range(KW):
-                src = xf[c * plane + ky * Wp + kx:]
-                d0 = ((c * KH + ky) * KW + kx) * P
-                dst = cf[d0:d0 + L]
-                for j in range(L):
-                    dst[j] = src[j]
+    _wide_runs(cf, P, xplane.reshape(C * plane), C, plane, KH, KW, Wp, L, False)
 
 
 @kernel(parallel=False)
@@ -54,14 +66,7 @@ def col2im_wide(dplane, dcf, P, KH, KW, Wp, L):
     zero = np.float32(0.0)
     for i in range(C * plane):
         df[i] = zero
-    for c in range(C):
-        for ky in range(KH):
-            for kx in range(KW):
-                dst = df[c * plane + ky * Wp + kx:]
-                s0 = ((c * KH + ky) * KW + kx) * P
-                src = dcf[s0:s0 + L]
-                for j in range(L):
-                    dst[j] += src[j]
+    _wide_runs(dcf, P, df, C, plane, KH, KW, Wp, L, True)
 
 
 @kernel(parallel=False)
@@ -262,18 +267,6 @@ def _grad_rows(gf, off, P, dout, y, a, Wp, L, relu, pooled):
         _wide_grad(gf, off, P, dout, y, Wp, relu)
 
 
-@kernel(parallel=False)
-def _add_row_sums(db, gf, P, n, first):
-    """db[co] (+)= the sum of gf[co * P:co * P + n] (the bias gradient of a group's rows);
-    overwrites when first."""
-    for co in range(db.shape[0]):
-        row = gf[co * P:co * P + n]
-        s = np.float32(0.0)
-        for j in range(n):
-            s += row[j]
-        db[co] = s if first else db[co] + s
-
-
 @kernel()
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, w, y, argmax,
                          PH, PW, chunk, group, need_dx, relu, pooled):
@@ -312,7 +305,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, dout, x, 
                 n = n0 + g0 + e
                 im2col_wide(cf[e * L:], PG, _plane(pad[t], x[n], PH, PW), KH, KW, Wp, L)
                 _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled)
-            _add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
+            add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
                   np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
