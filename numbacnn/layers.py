@@ -128,7 +128,9 @@ class Layer:
                 from numba import cuda
                 b = cuda.device_array(shape, dtype)
             else:
-                b = np.empty(shape, dtype)
+                # integer buffers (argmax caches) start at 0, so that even a backward that
+                # somehow read one before its forward wrote it would stay in bounds
+                b = np.zeros(shape, dtype) if np.dtype(dtype).kind in "iu" else np.empty(shape, dtype)
             self._buffers[key] = b
         return b
 

@@ -18,7 +18,8 @@ def test_flops_per_image_match_a_hand_count():
 def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert bench.main(["--nets", "lenet5", "--batches", "8", "--threads", "1,2", "--rounds", "1",
-                       "--block", "0.01", "--no-torch", "--no-startup", "--json", str(out)]) == 0
+                       "--scaling-rounds", "3", "--block", "0.01", "--no-torch", "--no-startup",
+                       "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     rows = data["results"]
     assert [(r["net"], r["batch"], r["threads"]) for r in rows] == [("lenet5", 8, 1), ("lenet5", 8, 2)]
@@ -27,5 +28,7 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
         assert abs(r["train_gflops"] - r["train_img_s"] * r["flops_train_per_image"] / 1e9) < 1e-6
         assert r["matmul_peak_gflops"] > 0
         assert abs(r["train_fraction_of_peak"] - r["train_gflops"] / r["matmul_peak_gflops"]) < 1e-9
-    assert data["thread_scaling"]["lenet5"]["8"] > 0
+    rounds = data["thread_scaling_rounds"]["lenet5"]["8"]
+    assert len(rounds) == 3 and all(r > 0 for r in rounds)
+    assert data["thread_scaling"]["lenet5"]["8"] == sorted(rounds)[1]  # the median
     assert "lenet5" in capsys.readouterr().out

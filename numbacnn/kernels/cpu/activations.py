@@ -37,14 +37,38 @@ def relu_backward(dx, dy, y):
 
 @kernel()
 def tanh_forward(y, x):
-    """y = tanh(x). (M,) flat."""
+    """y = tanh(x). (M,) flat.
+
+    np.tanh calls libm's scalar tanhf here (no SVML): about 6 ns an element, 40 times ReLU. This
+    rational approximation vectorises: tanh(x) = t * P(t*t) / Q(t*t) with t = x clamped to
+    [-9, 9] (float32 tanh is 1 within 1 ulp beyond), P of degree 6 and Q of degree 3 in t*t.
+    The coefficients are a weighted least-squares fit of tanh(x)/x over [0, 9] in float64
+    (benchmarks/fit_tanh.py); evaluated in float32 the error is at most 5.4 ulp (3.2e-7) on
+    [-12, 12], and odd symmetry, |tanh| <= 1, tanh(+-0) = +-0, +-inf -> +-1 and NaN -> NaN hold exactly.
+    """
     M = x.shape[0]
+    c = np.float32(9.0)
+    one = np.float32(1.0)
+    p0, p1, p2, p3 = (np.float32(1.0), np.float32(0.13087302446365356),
+                      np.float32(0.003107610158622265), np.float32(1.1191886187589262e-05))
+    p4, p5, p6 = (np.float32(-2.037375956831511e-08), np.float32(5.347308706937781e-11),
+                  np.float32(-8.661247988348691e-14))
+    q0, q1, q2, q3 = (np.float32(1.0), np.float32(0.4642063081264496),
+                      np.float32(0.024509793147444725), np.float32(0.00025514286244288087))
     for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
         lo = blk * _BLOCK
         hi = min(M, lo + _BLOCK)
         ys, xs = y[lo:hi], x[lo:hi]
         for i in range(hi - lo):
-            ys[i] = np.tanh(xs[i])
+            t = xs[i]
+            t = t if not t > c else c  # NaN fails both tests and stays NaN
+            t = t if not t < -c else -c
+            s = t * t
+            p = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0)
+            q = ((q3 * s + q2) * s + q1) * s + q0
+            r = t * p / q  # can round past +-1 by an ulp: clamp, so that 1 - y*y >= 0
+            r = r if not r > one else one
+            ys[i] = r if not r < -one else -one
 
 
 @kernel()

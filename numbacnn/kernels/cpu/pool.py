@@ -160,6 +160,62 @@ def maxpool2d_backward(dx, dout, argmax):
                 d[a[oy, ox]] += g[oy, ox]
 
 
+@kernel(parallel=False)
+def _avgpool_plane_nopad(o, xp, KH, KW, SH, SW, scale):
+    """One unpadded plane: no window clipping; each window summed in row-major order, as the
+    general loop does. The 2x2, stride-2 case is unrolled (5x faster than the loop)."""
+    OH, OW = o.shape
+    for oy in range(OH):
+        orow = o[oy]
+        if KH == 2 and KW == 2 and SH == 2 and SW == 2:
+            r0 = xp[2 * oy]
+            r1 = xp[2 * oy + 1]
+            for ox in range(OW):
+                i = 2 * ox
+                orow[ox] = (((r0[i] + r0[i + 1]) + r1[i]) + r1[i + 1]) * scale
+            continue
+        for ox in range(OW):
+            x0 = ox * SW
+            s = np.float32(0.0)
+            for ky in range(KH):
+                row = xp[oy * SH + ky]
+                for kx in range(KW):
+                    s += row[x0 + kx]
+            orow[ox] = s * scale
+
+
+@kernel(parallel=False)
+def _avgpool_plane_nopad_backward(d, g, KH, KW, SH, SW, scale):
+    """Adjoint of _avgpool_plane_nopad: d (H, W) overwritten, g (OH, OW)."""
+    H, W = d.shape
+    OH, OW = g.shape
+    zero = np.float32(0.0)
+    for iy in range(H):
+        drow = d[iy]
+        for ix in range(W):
+            drow[ix] = zero
+    for oy in range(OH):
+        grow = g[oy]
+        if KH == 2 and KW == 2 and SH == 2 and SW == 2:  # disjoint windows: plain stores
+            d0 = d[2 * oy]
+            d1 = d[2 * oy + 1]
+            for ox in range(OW):
+                v = grow[ox] * scale
+                i = 2 * ox
+                d0[i] = v
+                d0[i + 1] = v
+                d1[i] = v
+                d1[i + 1] = v
+            continue
+        for ox in range(OW):
+            x0 = ox * SW
+            v = grow[ox] * scale
+            for ky in range(KH):
+                row = d[oy * SH + ky]
+                for kx in range(KW):
+                    row[x0 + kx] += v
+
+
 @kernel()
 def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
     """Window mean with zero padding counted (PyTorch's count_include_pad=True).
@@ -173,6 +229,9 @@ def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
         n = p // C
         c = p % C
         xp = x[n, c]
+        if PH == 0 and PW == 0:
+            _avgpool_plane_nopad(out[n, c], xp, KH, KW, SH, SW, scale)
+            continue
         for oy in range(OH):
             y_lo, y_hi = _window(oy, SH, PH, KH, H)
             for ox in range(OW):
@@ -194,6 +253,9 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
         n = p // C
         c = p % C
         d = dx[n, c]
+        if PH == 0 and PW == 0:
+            _avgpool_plane_nopad_backward(d, dout[n, c], KH, KW, SH, SW, scale)
+            continue
         for iy in range(H):
             for ix in range(W):
                 d[iy, ix] = np.float32(0.0)
