@@ -48,7 +48,8 @@ def kernel(parallel: bool = True, fastmath: bool = True):
 
     def decorate(func):
         dispatcher = jit(func)
-        dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
+        if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
+            dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
         return dispatcher
     return decorate
 

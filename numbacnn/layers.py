@@ -257,7 +257,8 @@ class Conv2D(Layer):
                 argmax = self._buf("pool_argmax", y.shape, np.int32)
             else:
                 y = self._buf("y", out_shape)
-                argmax = self._buf("pool_argmax", (1, 1, 1, 1), np.int32)
+                # unused placeholder; one entry per example keeps the kernels' argmax[n] in bounds
+                argmax = self._buf("pool_argmax", (n, 1, 1, 1), np.int32)
             ckk = self.in_channels * kh * kw
             if self.strategy == "positions":
                 wt = self._buf("wt", (kh, kw, self.in_channels, self.out_channels))
@@ -266,7 +267,8 @@ class Conv2D(Layer):
                     y, argmax, self._buf("yw", (slots, oh * ow, self.out_channels)),
                     self._buf("cols", (slots, oh * ow, ckk)),
                     self._buf("xt", (slots, hp * wp, self.in_channels)), x,
-                    wt.reshape(ckk, self.out_channels), self.bias, ph, pw, kh, kw, self.fused_relu, *pk)
+                    wt.reshape(ckk, self.out_channels), self.bias, *self.stride, ph, pw, kh, kw,
+                    self.fused_relu, *pk)
             else:
                 wide = (oh - 1) * wp + ow
                 xpad = self._buf("xpad", (slots, self.in_channels, hp, wp) if ph > 0 or pw > 0
@@ -285,26 +287,29 @@ class Conv2D(Layer):
     def strategy(self) -> str:
         """How the CPU kernels run; the one place where it is chosen.
 
-        - "positions" (stride 1, ckk = C_in*KH*KW >= POSITIONS_MIN_CKK and C_in >=
+        - "positions" (any stride, ckk = C_in*KH*KW >= POSITIONS_MIN_CKK and C_in >=
           POSITIONS_MIN_CHANNELS): position-major columns, one row per output position, copied
           in runs of KW*C_in floats; GEMMs (L x ckk) @ (ckk x Co) forward and over ``_group()``
           examples backward (kernels/cpu/conv2d_positions.py).
         - "wide" (other stride-1 layers): im2col by whole-row copies over the padded input width,
           a GEMM W @ cols per example forward and over ``_group()`` examples side by side
           backward (kernels/cpu/conv2d_wide.py).
-        - "gemm" (strided): im2col with a gather and one GEMM per example (kernels/cpu/conv2d.py).
+        - "gemm" (other strided layers): im2col with a gather and one GEMM per example, the
+          columns cached for the backward (kernels/cpu/conv2d.py).
 
         The crossover, measured on 2 cores (forward + backward of conv, ReLU and 2x2 pool, batch
         64, noisy): positions took 0.73-0.92x the time for 5x5 and 7x7 kernels from ckk = 100 on
         (LeNet's 6 -> 16 on 12x12: 0.85x; on 28x28 0.96x and 1.07x in two runs), 0.96x and 0.86x
         for 3x3 with 12 and 16 channels (32 -> 64: about 0.7x), 1.0-1.2x for 3x3 with 8-10
-        channels, and 1.3-2x for narrow layers (3x3 with 1-6 channels).
+        channels, and 1.3-2x for narrow layers (3x3 with 1-6 channels). Strided (stride 2,
+        forward + backward with a fused ReLU, batch 64), positions took 0.44-0.97x the time of
+        "gemm": 0.83x for 32 -> 64 3x3 on 13x13, 0.97x for 16 -> 32 on 28x28, 0.44x for 8 -> 16
+        5x5.
         """
-        if self.stride != (1, 1):
-            return "gemm"
         ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        positions = ckk >= POSITIONS_MIN_CKK and self.in_channels >= POSITIONS_MIN_CHANNELS
-        return "positions" if positions else "wide"
+        if ckk >= POSITIONS_MIN_CKK and self.in_channels >= POSITIONS_MIN_CHANNELS:
+            return "positions"
+        return "wide" if self.stride == (1, 1) else "gemm"
 
     def _group(self) -> int:
         """Examples per GEMM in the backward of the "wide" and "positions" strategies. Grouping
@@ -348,7 +353,7 @@ class Conv2D(Layer):
                 dx, dw_parts, db_parts, self._buf("gw", (slots, co, gl)),
                 self._buf("bcols", (slots, gl, ckk)),
                 self._buf("dcols", (slots, gl, ckk) if need_dx else (slots, 1, 1)),
-                self._buf("xt", (slots, hp * wp, ci)), dy, self._x, wk, y, argmax,
+                self._buf("xt", (slots, hp * wp, ci)), dy, self._x, wk, y, argmax, *self.stride,
                 ph, pw, kh, kw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
             dwk = self._buf("dwk", (co, kh, kw, ci))
             K.sum_chunks(dwk.reshape(-1), dw_parts.reshape(chunks, -1))

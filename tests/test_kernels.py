@@ -27,6 +27,10 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (3, 9, 7, 6, 5, (3, 4), 1, (1, 2)),  # position-major, rectangular kernel and padding
     (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
     (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
+    (19, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
+    (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
+    (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
+    (2, 12, 6, 6, 4, 5, 2, 0),  # position-major strided, 1x1 output
 ]
 
 
@@ -43,9 +47,11 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(2, 4, 9).strategy == "wide"  # too few channels for long copies
     assert nc.Conv2D(1, 32, 3).strategy == "wide"
     assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
-    assert nc.Conv2D(32, 64, 3, stride=2).strategy == "gemm"
-    assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"
+    assert nc.Conv2D(32, 64, 3, stride=2).strategy == "positions"  # any stride
+    assert nc.Conv2D(12, 4, 3, stride=(1, 2)).strategy == "positions"
+    assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"  # strided and narrow
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
+    assert nc.Conv2D(8, 4, 3, stride=2).strategy == "gemm"
     assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
     assert nc.Conv2D(6, 16, 5)._group() == 1 and nc.Conv2D(1, 32, 3)._group() == 1
 
@@ -230,28 +236,31 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
 
 
-FUSED_CASES = [  # (N, Ci, H, W, Co, K, padding, pool)
-    (3, 2, 9, 11, 4, 3, 0, 2),  # conv output 7x9: the pool drops the last row and column
-    (18, 1, 8, 8, 3, 3, 1, 2),  # padded, two gradient chunks
-    (2, 2, 10, 9, 3, 2, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
-    (2, 2, 9, 9, 3, 3, 0, (2, 3)),  # rectangular windows
-    (21, 12, 6, 6, 32, 3, 0, 2),  # position-major, grouped backward GEMMs
-    (21, 8, 6, 6, 32, 3, 0, 2),  # wide rows, grouped backward GEMMs
-    (3, 12, 10, 9, 5, 3, 1, 3),  # position-major, padded, 3x3 windows
-    (2, 12, 9, 9, 3, 3, 0, (2, 3)),  # position-major, rectangular windows
-    (2, 12, 7, 9, 3, 3, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes
-    (4, 6, 12, 12, 16, 5, 0, 2),  # position-major, LeNet's second layer
+FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
+    (3, 2, 9, 11, 4, 3, 1, 0, 2),  # conv output 7x9: the pool drops the last row and column
+    (18, 1, 8, 8, 3, 3, 1, 1, 2),  # padded, two gradient chunks
+    (2, 2, 10, 9, 3, 2, 1, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
+    (2, 2, 9, 9, 3, 3, 1, 0, (2, 3)),  # rectangular windows
+    (21, 12, 6, 6, 32, 3, 1, 0, 2),  # position-major, grouped backward GEMMs
+    (21, 8, 6, 6, 32, 3, 1, 0, 2),  # wide rows, grouped backward GEMMs
+    (3, 12, 10, 9, 5, 3, 1, 1, 3),  # position-major, padded, 3x3 windows
+    (2, 12, 9, 9, 3, 3, 1, 0, (2, 3)),  # position-major, rectangular windows
+    (2, 12, 7, 9, 3, 3, 1, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes
+    (4, 6, 12, 12, 16, 5, 1, 0, 2),  # position-major, LeNet's second layer
+    (19, 12, 13, 12, 16, 3, 2, 1, 2),  # position-major strided, grouped backward GEMMs
+    (2, 12, 11, 12, 5, 3, (2, 1), 0, (2, 3)),  # position-major, rectangular stride and windows
 ]
 
 
-@pytest.mark.parametrize("N,Ci,H,W,Co,K,P,pool", FUSED_CASES)
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool", FUSED_CASES)
 @pytest.mark.parametrize("ties", [False, True])
-def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, pool, ties):
+def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, ties):
     """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window) run as one fused kernel (the
     pool in the GEMM epilogue); values, argmax routing and every gradient match the float64
     oracle of the three separate layers. ties: integer data, so that many windows tie (and many
     pre-ReLU values are negative: all-zero windows route to their first element)."""
-    net = nc.Sequential([nc.Conv2D(Ci, Co, K, padding=P), nc.ReLU(), nc.MaxPool2D(pool)], seed=3)
+    net = nc.Sequential([nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)],
+                        seed=3)
     conv = net.layers[0]
     assert conv.fused_pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fused
     if ties:
@@ -263,13 +272,13 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, P, poo
     y = net.forward(x, training=True)
     assert ("xt" in conv._buffers) == (conv.strategy == "positions")
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
-    h = np.maximum(ref.conv2d_forward(x, w, b, 1, P), 0)
+    h = np.maximum(ref.conv2d_forward(x, w, b, S, P), 0)
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
     np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
     dy = f32(rng.standard_normal(y.shape))
     dx = net.backward(dy)
     dh = ref.maxpool2d_backward(dy, h, pool, pool, 0) * (h > 0)
-    rdx, rdw, rdb = ref.conv2d_backward(dh, x, w, 1, P)
+    rdx, rdw, rdb = ref.conv2d_backward(dh, x, w, S, P)
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)

@@ -157,3 +157,47 @@ def test_write_idx_roundtrip(tmp_path):
     a = np.random.default_rng(0).integers(0, 255, (5, 3, 2), dtype=np.uint8)
     write_idx(str(tmp_path / "a.gz"), a)
     np.testing.assert_array_equal(read_idx(str(tmp_path / "a.gz")), a)
+
+
+_PY_MODE_SCRIPT = r"""
+import sys
+import numpy as np
+import numbacnn as nc
+out = {}
+for i, (spec, shape) in enumerate(SPECS):
+    net = nc.build_network(spec, shape, 4, seed=1)
+    rng = np.random.default_rng(i)
+    x = rng.standard_normal((5,) + shape).astype(np.float32)
+    loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), rng.integers(0, 4, 5))
+    net.backward(d)
+    out[f"strategies{i}"] = np.array([getattr(layer, "strategy", "") for layer in net.layers])
+    for j, layer in enumerate(net.layers):
+        for name in getattr(layer, "param_names", ()):
+            out[f"{i}.{j}.d{name}"] = np.array(getattr(layer, "d" + name))
+np.savez(sys.argv[1], **out)
+"""
+_PY_MODE_SPECS = [  # every conv strategy, fused and unfused pooling, padding and strides
+    ("conv(4,3,padding=1),relu,maxpool(2),conv(8,3,stride=2),relu,dense(6),tanh", (3, 9, 9)),
+    ("conv(12,3),relu,maxpool(2),conv(4,2),avgpool(2),dense(5)", (12, 10, 10)),
+    ("conv(12,3,stride=2,padding=1),relu,maxpool(2),dense(5),relu", (12, 9, 9)),
+]
+
+
+def test_python_mode_runs_the_same_kernels_with_numpy_bounds_checks(tmp_path):
+    """Under NUMBA_DISABLE_JIT=1 (debugging, coverage) every kernel runs as Python, where NumPy
+    raises on an out-of-bounds index (compiled code would read past the array silently), and
+    the gradients agree with the compiled run."""
+    script = tmp_path / "run.py"
+    script.write_text(f"SPECS = {_PY_MODE_SPECS!r}\n" + _PY_MODE_SCRIPT)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", NUMBACNN_PRECOMPILE="0")
+    for name, value in (("py", "1"), ("jit", "0")):
+        env["NUMBA_DISABLE_JIT"] = value
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], env=env,
+                       check=True, timeout=300, cwd=ROOT)
+    py, jit = np.load(tmp_path / "py.npz"), np.load(tmp_path / "jit.npz")
+    assert set(py.files) == set(jit.files)
+    strategies = {s for k in py.files if k.startswith("strategies") for s in py[k]}
+    assert {"wide", "positions", "gemm"} <= strategies
+    for k in py.files:
+        if not k.startswith("strategies"):
+            np.testing.assert_allclose(py[k], jit[k], rtol=1e-4, atol=1e-5, err_msg=k)

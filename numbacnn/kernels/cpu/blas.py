@@ -8,6 +8,8 @@ The function is bound by symbol name (``llvmlite.binding.add_symbol``), not by a
 that call it can still be cached on disk: the name is resolved again in every process.
 """
 import llvmlite.binding as llvm
+import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -67,6 +69,13 @@ def _fits(arr, off, rows, cols, ld):
 
 
 @register_jitable
+def _views_fit(trans_a, trans_b, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    return (_fits(a, a_off, k if trans_a else m, m if trans_a else k, lda)
+            and _fits(b, b_off, n if trans_b else k, k if trans_b else n, ldb)
+            and _fits(c, c_off, m, n, ldc))
+
+
+@register_jitable
 def sgemm(trans_a, trans_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Row-major C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C[m, n] (float32).
 
@@ -77,12 +86,27 @@ def sgemm(trans_a, trans_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, 
     """
     if m == 0 or n == 0:
         return
-    if not (_fits(a, a_off, k if trans_a else m, m if trans_a else k, lda)
-            and _fits(b, b_off, n if trans_b else k, k if trans_b else n, ldb)
-            and _fits(c, c_off, m, n, ldc)):
+    if not _views_fit(trans_a, trans_b, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
         raise IndexError("sgemm: a matrix view lies outside its array")
     # Fortran is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
     # i.e. the same call with the operands swapped.
     _f77_sgemm(_T if trans_b else _N, _T if trans_a else _N, n, m, k, alpha,
                b.ctypes.data + 4 * b_off, ldb, a.ctypes.data + 4 * a_off, lda, beta,
                c.ctypes.data + 4 * c_off, ldc)
+
+
+if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run as Python
+    def _view(arr, off, rows, cols, ld):
+        return np.lib.stride_tricks.as_strided(arr[off:], (rows, cols), (4 * ld, 4))
+
+    def sgemm(trans_a, trans_b, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+        """The same contract, in NumPy (for debugging and coverage runs)."""
+        if m == 0 or n == 0:
+            return
+        if not _views_fit(trans_a, trans_b, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+            raise IndexError("sgemm: a matrix view lies outside its array")
+        av = _view(a, a_off, k, m, lda).T if trans_a else _view(a, a_off, m, k, lda)
+        bv = _view(b, b_off, n, k, ldb).T if trans_b else _view(b, b_off, k, n, ldb)
+        cv = _view(c, c_off, m, n, ldc)
+        prod = alpha * (av.astype(np.float64) @ bv.astype(np.float64))
+        cv[...] = prod if beta == 0 else prod + beta * cv

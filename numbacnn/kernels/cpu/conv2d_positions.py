@@ -1,11 +1,12 @@
-"""Stride-1 2-D convolution on position-major columns, for layers with a long filter
+"""2-D convolution (any stride) on position-major columns, for layers with a long filter
 (C_in*KH*KW >= 100; the choice is made in Conv2D.strategy).
 
 Columns are laid out one row per output position p = (oy, ox), exactly OH * OW rows (no junk
 positions), with the taps and channels along the row in (ky, kx, c) order:
-    cols[p, (ky, kx, c)] = xpad[c, oy + ky, ox + kx].
-Built from the zero-padded input plane transposed to (Hp * Wp, C), every im2col copy is a run of
-C contiguous floats, and so is every col2im add. In this orientation the GEMMs
+    cols[p, (ky, kx, c)] = xpad[c, oy * SH + ky, ox * SW + kx].
+Built from the zero-padded input plane transposed to (Hp * Wp, C), the KW taps of one kernel row
+are KW consecutive positions of that plane whatever the stride, so every im2col copy is a run of
+KW * C contiguous floats, and so is every col2im add. In this orientation the GEMMs
     forward      y (L, Co)      = cols (L, ckk) @ wt (ckk, Co)
     weight grad  dW (Co, ckk)  (+)= g (Co, G*L) @ cols (G*L, ckk)
     input grad   dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk)
@@ -44,7 +45,7 @@ def _transpose_padded(xtf, x, PH, PW):
 
 
 @kernel(parallel=False)
-def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
+def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, SH, SW, adjoint):
     """The copies behind im2col (adjoint False: cf <- xtf) and col2im (True: xtf += cf)
     on position-major columns. In (ky, kx, c) order the KW taps of one kernel row read KW
     consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is one
@@ -56,7 +57,7 @@ def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
         for ox in range(OW):
             c0 = numba.uint64((oy * OW + ox) * ckk)
             for ky in range(KH):
-                x0 = numba.uint64(((oy + ky) * Wp + ox) * C)
+                x0 = numba.uint64(((oy * SH + ky) * Wp + ox * SW) * C)
                 c1 = c0 + numba.uint64(ky) * run
                 if adjoint:
                     for i in range(run):
@@ -67,17 +68,18 @@ def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, adjoint):
 
 
 @kernel(parallel=False)
-def _im2col_positions(cf, xtf, x, PH, PW, KH, KW):
+def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW):
     """Position-major columns cf[:L * ckk], (L, KH*KW*C) with L = OH * OW, of the example
     x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for its padded transpose."""
     C, H, W = x.shape
     Wp = W + 2 * PW
     _transpose_padded(xtf, x, PH, PW)
-    _position_runs(cf, xtf, Wp, H + 2 * PH - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, False)
+    _position_runs(cf, xtf, Wp, (H + 2 * PH - KH) // SH + 1, (Wp - KW) // SW + 1, KH, C,
+                   KH * KW * C, SH, SW, False)
 
 
 @kernel(parallel=False)
-def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW):
+def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
     """dxn (C, H, W) = the adjoint of _im2col_positions applied to the columns dcf[:L * ckk]
     (overwritten, not accumulated); xtf: a (Hp * Wp, C) workspace."""
     C, H, W = dxn.shape
@@ -86,7 +88,8 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW):
     zero = np.float32(0.0)
     for i in range(Hp * Wp * C):
         xtf[i] = zero
-    _position_runs(dcf, xtf, Wp, Hp - KH + 1, Wp - KW + 1, KH, C, KH * KW * C, True)
+    _position_runs(dcf, xtf, Wp, (Hp - KH) // SH + 1, (Wp - KW) // SW + 1, KH, C, KH * KW * C,
+                   SH, SW, True)
     for c in range(C):
         for i in range(H):
             s0 = ((PH + i) * Wp + PW) * C + c
@@ -142,27 +145,30 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
 
 
 @kernel()
-def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, PH, PW, KH, KW, relu, PKH, PKW):
-    """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
+def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
+                             PKH, PKW):
+    """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
+    ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
     out and argmax then hold the pooled values and their argmax (see _epilogue_positions).
 
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
-    (unused without pooling); x: (N, Ci, H, W); wt: the weight as (ky, kx, ci) x co, (ckk, Co).
+    (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); wt: the weight as
+    (ky, kx, ci) x co, (ckk, Co).
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
     xt (T, Hp * Wp, Ci); yw (T, L, Co), L = OH * OW.
     """
     N, Ci, H, W = x.shape
     Co = wt.shape[1]
-    OH = H + 2 * PH - KH + 1
-    OW = W + 2 * PW - KW + 1
+    OH = (H + 2 * PH - KH) // SH + 1
+    OW = (W + 2 * PW - KW) // SW + 1
     L = OH * OW
     ckk = Ci * KH * KW
     wf = wt.reshape(ckk * Co)
     for n in prange(N):  # each example writes out[n] and its thread's workspaces
         t = numba.get_thread_id()
         cf = cols[t].reshape(L * ckk)
-        _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW)
+        _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW, SH, SW)
         yf = yw[t].reshape(L * Co)
         sgemm(False, False, L, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
               np.float32(0.0), yf, 0, Co)
@@ -171,7 +177,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, PH, PW, KH, KW
 
 @kernel()
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout, x, wk, y, argmax,
-                              PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
+                              SH, SW, PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
     """Gradients of conv2d_forward_positions. Chunk c (``chunk`` examples) writes dw_parts[c] and
     db_parts[c] (reduce them with sum_chunks); its GEMMs cover ``group`` examples at a time.
     With relu, dout is masked where the forward output y was not positive; when pooled, dout,
@@ -185,8 +191,8 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
-    OH = H + 2 * PH - KH + 1
-    OW = W + 2 * PW - KW + 1
+    OH = (H + 2 * PH - KH) // SH + 1
+    OW = (W + 2 * PW - KW) // SW + 1
     L = OH * OW
     ckk = Ci * KH * KW
     PG = group * L  # row pitch of the channel-major gradient rows
@@ -205,7 +211,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
             G = min(group, E - g0)
             for e in range(G):
                 n = n0 + g0 + e
-                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW)
+                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW)
                 _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled)
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
@@ -217,4 +223,5 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
                 sgemm(True, False, G * L, ckk, Co, np.float32(1.0), gf, 0, PG, wkf, 0, ckk,
                       zero, dcf, 0, ckk)
                 for e in range(G):
-                    _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW)
+                    _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW,
+                                      SH, SW)

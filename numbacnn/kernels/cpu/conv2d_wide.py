@@ -193,7 +193,7 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool).
 
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
-    (unused without pooling); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
+    (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L);
     yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else (T, 1, 1, 1). Nothing is
     cached for the backward.
