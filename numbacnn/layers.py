@@ -311,14 +311,19 @@ class Conv2D(Layer):
             return "positions"
         return "wide" if self.stride == (1, 1) else "gemm"
 
-    def _group(self) -> int:
-        """Examples per GEMM in the backward of the "wide" and "positions" strategies. Grouping
-        lengthens the weight-gradient GEMM's inner dimension, which pays off for wide layers
-        (32 -> 64 channels, 3x3, positions: 1 example per GEMM was 2-22 % slower than 8, 4 as
-        fast as 8, 16 3-4 % slower) and costs as much for narrow ones (LeNet's 6 -> 16, 5x5, in
-        the wide strategy: 10-20 % slower with 8), measured on 2 cores."""
+    def _group(self, rows: int) -> int:
+        """Examples per GEMM in the backward of the "wide" and "positions" strategies, for
+        ``rows`` GEMM rows (positions) per example. Grouping lengthens the weight-gradient GEMM's
+        inner dimension, which pays off for wide layers (32 -> 64 channels, 3x3, positions on
+        11x11: 1 example per GEMM was 2-22 % slower than 8, 4 as fast as 8, 16 3-4 % slower) and
+        costs as much for narrow ones (LeNet's 6 -> 16, 5x5, in the wide strategy: 10-20 %
+        slower with 8). Past about 1,200 rows the group's columns outgrow the core's cache:
+        32 -> 32 on 24x24 (576 rows) took 12.3/11.9/13.1/17.3 ms with 1/2/4/8 examples per
+        GEMM, 64 -> 64 on 14x14 (196 rows) 12.4/12.1/12.2/13.4 ms (batch 64, 2 cores)."""
         ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        return 8 if self.out_channels >= 32 and ckk >= 64 else 1
+        if self.out_channels < 32 or ckk < 64:
+            return 1
+        return max(1, min(8, 1200 // max(rows, 1)))
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
@@ -343,7 +348,7 @@ class Conv2D(Layer):
             ph, pw = self.padding
             h, w = self._x.shape[2], self._x.shape[3]
             hp, wp = h + 2 * ph, w + 2 * pw
-            group = self._group()
+            group = self._group(oh * ow if strategy == "positions" else (oh - 1) * wp + ow)
             y, argmax, pooled = self._buffers["y"], self._buffers["pool_argmax"], self.fused_pool is not None
         if strategy == "positions":
             gl = group * oh * ow

@@ -28,6 +28,7 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
     (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
     (19, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
+    (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions: groups of 6, a chunk of 16 as 6 + 6 + 4
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
     (2, 12, 6, 6, 4, 5, 2, 0),  # position-major strided, 1x1 output
@@ -52,8 +53,10 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"  # strided and narrow
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(8, 4, 3, stride=2).strategy == "gemm"
-    assert nc.Conv2D(32, 64, 3)._group() == 8  # wide layers: grouped backward GEMMs
-    assert nc.Conv2D(6, 16, 5)._group() == 1 and nc.Conv2D(1, 32, 3)._group() == 1
+    # wide layers: backward GEMMs over groups of examples, up to about 1,200 rows
+    assert nc.Conv2D(32, 64, 3)._group(121) == 8 and nc.Conv2D(32, 64, 3)._group(196) == 6
+    assert nc.Conv2D(32, 32, 3)._group(576) == 2 and nc.Conv2D(32, 32, 3)._group(784) == 1
+    assert nc.Conv2D(6, 16, 5)._group(64) == 1 and nc.Conv2D(1, 32, 3)._group(676) == 1
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
