@@ -87,7 +87,7 @@ def test_layer_input_gradient_matches_finite_differences(rng, layer_factory, spe
 
 def test_batch_gradient_is_mean_of_per_example_gradients(rng):
     net = small_net(seed=3)
-    x = f32(rng.standard_normal((21, 2, 9, 9)))  # 21 > one chunk of 16: crosses a chunk boundary
+    x = f32(rng.standard_normal((21, 2, 9, 9)))  # 21 = 8 + 8 + 5: crosses chunk boundaries
     y = rng.integers(0, 3, 21)
     net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
     batch = net.grad_dict()

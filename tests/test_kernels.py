@@ -18,17 +18,17 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (2, 2, 1, 9, 3, (1, 3), (1, 2), (0, 1)),  # non-square kernel, stride and padding (1-row input)
     (2, 2, 6, 7, 3, (3, 5), 1, (1, 0)),  # wide rows, padded rows only
     (2, 2, 6, 7, 3, (3, 2), 1, (0, 2)),  # wide rows, padded columns only, even kernel width
-    (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, two gradient chunks
+    (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, three gradient chunks
     (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
     (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
-    (21, 12, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (16 + 5 examples)
-    (19, 12, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after a chunk of two groups
+    (21, 12, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (8 + 8 + 5 examples)
+    (19, 12, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after two full chunks
     (21, 8, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
     (3, 9, 7, 6, 5, (3, 4), 1, (1, 2)),  # position-major, rectangular kernel and padding
     (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
     (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
     (19, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
-    (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions: groups of 6, a chunk of 16 as 6 + 6 + 4
+    (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions: groups of 6, chunks of 8 as 6 + 2
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
     (2, 12, 6, 6, 4, 5, 2, 0),  # position-major strided, 1x1 output
@@ -225,7 +225,7 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
     assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12 else "wide")
     layer.fused_relu = relu
-    x = f32(rng.standard_normal((19, Ci, 9, 10)))  # 19 examples: two gradient chunks
+    x = f32(rng.standard_normal((19, Ci, 9, 10)))  # 19 examples: three gradient chunks
     y = layer.forward(x, training=True)
     ref_y = ref.conv2d_forward(x, layer.weight, layer.bias, S, P)
     dout = f32(rng.standard_normal(y.shape))
@@ -241,7 +241,7 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
 
 FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (3, 2, 9, 11, 4, 3, 1, 0, 2),  # conv output 7x9: the pool drops the last row and column
-    (18, 1, 8, 8, 3, 3, 1, 1, 2),  # padded, two gradient chunks
+    (18, 1, 8, 8, 3, 3, 1, 1, 2),  # padded, three gradient chunks
     (2, 2, 10, 9, 3, 2, 1, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 1, 0, (2, 3)),  # rectangular windows
     (21, 12, 6, 6, 32, 3, 1, 0, 2),  # position-major, grouped backward GEMMs
