@@ -350,6 +350,7 @@ class Conv2D(Layer):
             hp, wp = h + 2 * ph, w + 2 * pw
             group = self._group(oh * ow if strategy == "positions" else (oh - 1) * wp + ow)
             y, argmax, pooled = self._buffers["y"], self._buffers["pool_argmax"], self.fused_pool is not None
+            gmask = self._buf("gmask", (slots, y[0].size if pooled else 1))
         if strategy == "positions":
             gl = group * oh * ow
             wk = self._buf("wk", (co, kh, kw, ci))
@@ -358,7 +359,7 @@ class Conv2D(Layer):
                 dx, dw_parts, db_parts, self._buf("gw", (slots, co, gl)),
                 self._buf("bcols", (slots, gl, ckk)),
                 self._buf("dcols", (slots, gl, ckk) if need_dx else (slots, 1, 1)),
-                self._buf("xt", (slots, hp * wp, ci)), dy, self._x, wk, y, argmax, *self.stride,
+                self._buf("xt", (slots, hp * wp, ci)), gmask, dy, self._x, wk, y, argmax, *self.stride,
                 ph, pw, kh, kw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
             dwk = self._buf("dwk", (co, kh, kw, ci))
             K.sum_chunks(dwk.reshape(-1), dw_parts.reshape(chunks, -1))
@@ -371,7 +372,7 @@ class Conv2D(Layer):
                     self._buf("bcols", (slots, ckk, group * wide)),
                     self._buf("dcols", (slots, ckk, group * wide) if need_dx else (slots, 1, 1)),
                     self._buf("dpad", (slots, ci, hp, wp) if ph > 0 or pw > 0 else (slots, 1, 1, 1)),
-                    dy, self._x, self.weight, y, argmax,
+                    gmask, dy, self._x, self.weight, y, argmax,
                     ph, pw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
             else:
                 g_tmp = self._buf("g_tmp", (chunks, co, oh * ow) if self.fused_relu else (chunks, 1, 1))

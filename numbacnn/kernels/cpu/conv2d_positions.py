@@ -176,8 +176,8 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 
 
 @kernel()
-def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout, x, wk, y, argmax,
-                              SH, SW, PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
+def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, dout, x, wk, y,
+                              argmax, SH, SW, PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
     """Gradients of conv2d_forward_positions. Chunk c (``chunk`` examples) writes dw_parts[c] and
     db_parts[c] (reduce them with sum_chunks); its GEMMs cover ``group`` examples at a time.
     With relu, dout is masked where the forward output y was not positive; when pooled, dout,
@@ -187,7 +187,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
     (n_chunks, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
-    xt (T, Hp * Wp, Ci).
+    xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) when pooled.
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
@@ -212,7 +212,8 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, dout,
             for e in range(G):
                 n = n0 + g0 + e
                 _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW)
-                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled)
+                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled,
+                           gmask[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
             sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,
