@@ -87,6 +87,9 @@ POOL_CASES = [  # (N, C, H, W, K, S, P)
     (2, 2, 1, 7, (1, 2), (1, 2), 0),  # pooling along one axis only
     (2, 1, 5, 7, (3, 2), (2, 1), (1, 0)),
     (2, 2, 7, 8, (2, 3), (3, 2), 0),  # unpadded, stride above the window on one axis
+    (2, 2, 7, 8, 3, 1, 0),  # the unrolled unpadded windows: 3x3 stride 1, 2x2 stride 1, 3x3 stride 3
+    (2, 2, 6, 7, 2, 1, 0),
+    (2, 2, 10, 9, 3, 3, 0),
 ]
 
 
