@@ -17,7 +17,7 @@ from .kernels import kernels_for
 
 Shape = tuple[int, ...]
 
-# Stride-1 convolutions run on position-major columns from POSITIONS_MIN_CKK = C_in*KH*KW and
+# Convolutions (any stride) run on position-major columns from POSITIONS_MIN_CKK = C_in*KH*KW and
 # POSITIONS_MIN_CHANNELS input channels on (see Conv2D.strategy).
 POSITIONS_MIN_CKK = 100
 POSITIONS_MIN_CHANNELS = 3

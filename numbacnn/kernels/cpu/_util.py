@@ -12,6 +12,13 @@ def n_chunks(n, chunk):
 
 
 @kernel(parallel=False)
+def conv_out(size, k, s, p):
+    """Output positions of a convolution along one axis: input ``size``, kernel ``k``, stride
+    ``s``, zero padding ``p`` on both sides."""
+    return (size + 2 * p - k) // s + 1
+
+
+@kernel(parallel=False)
 def zero_parts(dw, db):
     """dw (Co, K) = 0 and db (Co,) = 0: a chunk's gradient parts before it accumulates.
     Loops rather than dw[:] = 0: inside a prange body that would compile as a nested parallel loop."""

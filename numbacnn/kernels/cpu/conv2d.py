@@ -8,7 +8,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import add_row_sums, n_chunks, zero_parts
+from ._util import add_row_sums, conv_out, n_chunks, zero_parts
 from .blas import sgemm
 
 
@@ -28,8 +28,8 @@ def im2col(cols, x, KH, KW, SH, SW, PH, PW):
     for every short row cost more than the copying itself.
     """
     C, H, W = x.shape
-    OH = (H + 2 * PH - KH) // SH + 1
-    OW = (W + 2 * PW - KW) // SW + 1
+    OH = conv_out(H, KH, SH, PH)
+    OW = conv_out(W, KW, SW, PW)
     xf = x.reshape(C * H * W)
     cf = cols.reshape(C * KH * KW * OH * OW)
     zero = np.float32(0.0)
@@ -61,8 +61,8 @@ def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
     dx: (C, H, W), overwritten; dcols: (C*KH*KW, OH*OW); both contiguous.
     """
     C, H, W = dx.shape
-    OH = (H + 2 * PH - KH) // SH + 1
-    OW = (W + 2 * PW - KW) // SW + 1
+    OH = conv_out(H, KH, SH, PH)
+    OW = conv_out(W, KW, SW, PW)
     xf = dx.reshape(C * H * W)
     cf = dcols.reshape(C * KH * KW * OH * OW)
     xf[:] = np.float32(0.0)

@@ -22,7 +22,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import add_row_sums, n_chunks
+from ._util import add_row_sums, conv_out, n_chunks
 from .blas import sgemm
 from .conv2d_wide import _grad_rows, _max2x2, _pool_scan
 
@@ -74,7 +74,7 @@ def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW):
     C, H, W = x.shape
     Wp = W + 2 * PW
     _transpose_padded(xtf, x, PH, PW)
-    _position_runs(cf, xtf, Wp, (H + 2 * PH - KH) // SH + 1, (Wp - KW) // SW + 1, KH, C,
+    _position_runs(cf, xtf, Wp, conv_out(H, KH, SH, PH), conv_out(W, KW, SW, PW), KH, C,
                    KH * KW * C, SH, SW, False)
 
 
@@ -88,8 +88,8 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
     zero = np.float32(0.0)
     for i in range(Hp * Wp * C):
         xtf[i] = zero
-    _position_runs(dcf, xtf, Wp, (Hp - KH) // SH + 1, (Wp - KW) // SW + 1, KH, C, KH * KW * C,
-                   SH, SW, True)
+    _position_runs(dcf, xtf, Wp, conv_out(H, KH, SH, PH), conv_out(W, KW, SW, PW), KH, C,
+                   KH * KW * C, SH, SW, True)
     for c in range(C):
         for i in range(H):
             s0 = ((PH + i) * Wp + PW) * C + c
@@ -160,8 +160,8 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     """
     N, Ci, H, W = x.shape
     Co = wt.shape[1]
-    OH = (H + 2 * PH - KH) // SH + 1
-    OW = (W + 2 * PW - KW) // SW + 1
+    OH = conv_out(H, KH, SH, PH)
+    OW = conv_out(W, KW, SW, PW)
     L = OH * OW
     ckk = Ci * KH * KW
     wf = wt.reshape(ckk * Co)
@@ -191,8 +191,8 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
-    OH = (H + 2 * PH - KH) // SH + 1
-    OW = (W + 2 * PW - KW) // SW + 1
+    OH = conv_out(H, KH, SH, PH)
+    OW = conv_out(W, KW, SW, PW)
     L = OH * OW
     ckk = Ci * KH * KW
     PG = group * L  # row pitch of the channel-major gradient rows
