@@ -4,6 +4,7 @@ interrupted (after saving a resumable checkpoint with --save)."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -86,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default 16 on digits, 64 otherwise")
     t.add_argument("--epochs", type=_number(int, 1, False), default=None,
                    help="total epochs (default 25 on digits, 10 otherwise)")
-    t.add_argument("--seed", type=_number(int, 0, False), default=0)
+    t.add_argument("--seed", type=_number(int, 0, False), default=None,
+                   help="seeds initialisation, shuffling, dropout and the split (default 0)")
     t.add_argument("--threads", type=_number(int, 1, False), default=None,
                    help="numba threads (default: all cores)")
     t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -133,7 +135,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.evaluate:
         ck = load_checkpoint(args.evaluate)
         meta = ck.meta.get("training", {})
-        ds = _load_data(args, meta.get("seed", args.seed), meta.get("test_size", args.test_size))
+        ds = _load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size))
         _check_shapes(ck.net, ds, args.evaluate)
         loss, acc = evaluate(ck.net, ds.x_test, ds.y_test)
         print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
@@ -152,16 +154,23 @@ def run(argv: list[str] | None = None) -> int:
             if given is not None and given != tmeta[key]:
                 raise CheckpointError(f"{args.resume}: was trained with --{flag} {tmeta[key]!r}, "
                                       f"cannot resume with --{flag} {given!r}")
-        if args.batch_size is not None and args.batch_size != tmeta["batch_size"]:
-            raise CheckpointError(f"{args.resume}: was trained with --batch-size "
-                                  f"{tmeta['batch_size']}, cannot resume with {args.batch_size}")
-    seed = tmeta.get("seed", args.seed)
+        for flag, key in (("batch_size", "batch_size"), ("seed", "seed")):
+            given = getattr(args, flag)
+            if given is not None and given != tmeta[key]:
+                raise CheckpointError(f"{args.resume}: was trained with --{flag.replace('_', '-')} "
+                                      f"{tmeta[key]}, cannot resume with {given}")
+    seed = tmeta.get("seed", 0 if args.seed is None else args.seed)
     arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
     opt_name = tmeta.get("optimizer_name", args.optimizer or "adam")
     test_size = tmeta.get("test_size", args.test_size)
     val_size = tmeta.get("val_size", args.val_size)
 
     ds = _load_data(args, seed, test_size)
+    fingerprint = data_fingerprint(ds.x_train, ds.y_train)
+    if resume and tmeta.get("data_fingerprint", fingerprint) != fingerprint:
+        raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
+                              f"({len(ds.y_train)} training images of shape {ds.input_shape}); "
+                              f"resume with the same --data, --test-size and seed")
     recipe = RECIPES["digits" if ds.name == "digits" else "other"]
     epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
     batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
@@ -202,7 +211,8 @@ def run(argv: list[str] | None = None) -> int:
             save(net, save_path, optimizer=opt, training={
                 "architecture": arch, "optimizer_name": opt_name, "seed": seed, "epochs": epochs,
                 "test_size": test_size, "val_size": val_size, "batch_size": batch_size,
-                "dataset": ds.name, "trainer": tr.state(), "lr_schedule": schedule})
+                "dataset": ds.name, "data_fingerprint": fingerprint, "trainer": tr.state(),
+                "lr_schedule": schedule})
 
     if not args.quiet:
         print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
@@ -232,6 +242,17 @@ def run(argv: list[str] | None = None) -> int:
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
     return 0
+
+
+def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
+    """SHA-256 of the training images and labels (shapes, dtypes and values), stored in checkpoints
+    so that a resume on other data is refused."""
+    h = hashlib.sha256()
+    for a in (x, y):
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _check_shapes(net, ds: Dataset, path: str) -> None:

@@ -177,6 +177,30 @@ def adam(p, g, m, v, lr, b1, b2, eps, wd, t):
     return p - lr * mhat / (np.sqrt(vhat) + eps), m, v
 
 
+def _layer_forward(spec, h, p):
+    """One layer of a network spec (see network_loss) on float64 input h; p: its (w, b) or ()."""
+    kind = spec[0]
+    if kind == "conv":
+        return conv2d_forward(h, p[0], p[1], spec[1], spec[2])
+    if kind == "dense":
+        return dense_forward(h, *p)
+    if kind == "relu":
+        return np.maximum(h, 0.0)
+    if kind == "tanh":
+        return np.tanh(h)
+    if kind == "maxpool":
+        return maxpool2d_forward(h, *spec[1:])[0]
+    if kind == "avgpool":
+        return avgpool2d_forward(h, *spec[1:])
+    if kind == "flatten":
+        return h.reshape(h.shape[0], -1)
+    raise ValueError(kind)
+
+
+def _layer_params(spec, it):
+    return (next(it), next(it)) if spec[0] in ("conv", "dense") else ()
+
+
 def network_loss(layers_spec, params, x, y):
     """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
     K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) entries; params holds the
@@ -184,21 +208,38 @@ def network_loss(layers_spec, params, x, y):
     h = np.asarray(x, np.float64)
     it = iter(params)
     for spec in layers_spec:
+        h = _layer_forward(spec, h, _layer_params(spec, it))
+    return softmax_cross_entropy(h, y)[0]
+
+
+def network_gradients(layers_spec, params, x, y):
+    """Float64 loss, parameter gradients (state_dict order) and dL/dx of the network described as in
+    ``network_loss``: the oracle forward, then the oracle backward of every layer in reverse."""
+    h = np.asarray(x, np.float64)
+    it = iter(params)
+    tape = []  # (spec, layer input, its parameters)
+    for spec in layers_spec:
+        p = _layer_params(spec, it)
+        tape.append((spec, h, p))
+        h = _layer_forward(spec, h, p)
+    loss, g = softmax_cross_entropy(h, y)
+    grads = []
+    for spec, inp, p in reversed(tape):
         kind = spec[0]
         if kind == "conv":
-            w, b = next(it), next(it)
-            h = conv2d_forward(h, w, b, spec[1], spec[2])
+            g, dw, db = conv2d_backward(g, inp, p[0], spec[1], spec[2])
+            grads += [db, dw]
         elif kind == "dense":
-            w, b = next(it), next(it)
-            h = dense_forward(h, w, b)
+            g, dw, db = dense_backward(g, inp, p[0])
+            grads += [db, dw]
         elif kind == "relu":
-            h = np.maximum(h, 0.0)
+            g = g * (inp > 0)
         elif kind == "tanh":
-            h = np.tanh(h)
+            g = g * (1.0 - np.tanh(inp) ** 2)
         elif kind == "maxpool":
-            h = maxpool2d_forward(h, *spec[1:])[0]
+            g = maxpool2d_backward(g, inp, *spec[1:])
         elif kind == "avgpool":
-            h = avgpool2d_forward(h, *spec[1:])
+            g = avgpool2d_backward(g, inp, *spec[1:])
         elif kind == "flatten":
-            h = h.reshape(h.shape[0], -1)
-    return softmax_cross_entropy(h, y)[0]
+            g = g.reshape(inp.shape)
+    return loss, grads[::-1], g

@@ -15,6 +15,13 @@ def test_flops_per_image_match_a_hand_count():
     assert bench.flops_per_image(net) == (fwd, 3 * fwd - conv1)
 
 
+def test_time_block_counts_calls_per_second():
+    import time
+
+    rate = bench._time_block(lambda: time.sleep(0.01), 0.1)  # each call takes at least 10 ms
+    assert 10 < rate <= 100
+
+
 def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert bench.main(["--nets", "lenet5", "--batches", "8", "--threads", "1,2", "--rounds", "1",

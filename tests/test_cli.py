@@ -36,6 +36,9 @@ def test_default_digits_run_reaches_98_percent(tmp_path):
     assert main(["--quiet", "--metrics-out", str(out)]) == 0
     m = json.loads(out.read_text())
     assert m["dataset"] == "digits" and m["test_accuracy"] >= 0.98, m["test_accuracy"]
+    # the documented digits recipe: adam 2e-3, batch 16, 25 epochs, constant schedule, seed 0
+    assert (m["optimizer"], m["hyperparameters"]["lr"], m["batch_size"], len(m["epochs"]),
+            m["lr_schedule"], m["seed"]) == ("adam", 2e-3, 16, 25, "constant", 0)
 
 
 def test_flags_and_metrics_schema(tmp_path, npz, capsys):
@@ -228,3 +231,128 @@ def test_idx_file_with_labels_flag(tmp_path):
     write_idx(str(tmp_path / "labs.idx1"), np.arange(40) % 2)
     assert main(TINY + ["--data", str(tmp_path / "imgs.idx3"), "--labels",
                         str(tmp_path / "labs.idx1")]) == 0
+
+
+def _api_run(npz, arch, opt_cls, opt_kwargs, batch_size, epochs, schedule, seed=0):
+    """What the CLI should do, written with the Python API: the same split, network, optimizer,
+    batch order and schedule; returns the final flat parameters."""
+    ds = nc.load_dataset(npz, test_size=0.2, seed=seed)
+    net = nc.build_network(arch, ds.input_shape, ds.n_classes, seed=seed)
+    opt = opt_cls(net, **opt_kwargs)
+    nc.Trainer(net, opt, batch_size=batch_size, seed=seed, progress=False,
+               lr_schedule=schedule).fit(ds.x_train, ds.y_train, epochs)
+    return net.params
+
+
+@pytest.mark.parametrize("flags,opt_cls,opt_kwargs", [
+    (["--optimizer", "sgd", "--momentum", "0.8", "--nesterov", "--weight-decay", "1e-2", "--lr", "0.03"],
+     nc.SGD, dict(lr=0.03, momentum=0.8, nesterov=True, weight_decay=1e-2)),
+    (["--optimizer", "rmsprop", "--momentum", "0.5", "--weight-decay", "1e-2"],
+     nc.RMSProp, dict(lr=1e-3, momentum=0.5, weight_decay=1e-2)),
+    (["--optimizer", "adam", "--weight-decay", "1e-2", "--lr", "0.004"],
+     nc.Adam, dict(lr=0.004, weight_decay=1e-2)),
+    (["--optimizer", "sgd"], nc.SGD, dict(lr=0.05, momentum=0.9)),  # the documented defaults
+    (["--optimizer", "rmsprop"], nc.RMSProp, dict(lr=1e-3)),
+])
+def test_optimizer_flags_and_defaults_reach_the_optimizer(tmp_path, npz, flags, opt_cls, opt_kwargs):
+    """The CLI's weights equal, bit for bit, a Python API run with the settings the flags name."""
+    ck = str(tmp_path / "ck.npz")
+    assert main(TINY + ["--data", npz, "--batch-size", "16", "--save", ck] + flags) == 0
+    expect = _api_run(npz, TINY[2], opt_cls, opt_kwargs, 16, 2, "constant")
+    np.testing.assert_array_equal(nc.load(ck).params, expect)
+
+
+def test_defaults_for_non_digits_data(tmp_path, npz):
+    """No training flags on other data: adam 2e-3, batch 64, 10 epochs, cosine schedule."""
+    ck, out = str(tmp_path / "ck.npz"), tmp_path / "m.json"
+    assert main(["--quiet", "--arch", TINY[2], "--data", npz, "--save", ck,
+                 "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert (m["batch_size"], len(m["epochs"]), m["lr_schedule"], m["optimizer"]) == (64, 10, "cosine", "adam")
+    assert m["hyperparameters"]["lr"] == 2e-3 and m["seed"] == 0
+    expect = _api_run(npz, TINY[2], nc.Adam, dict(lr=2e-3), 64, 10, "cosine")
+    np.testing.assert_array_equal(nc.load(ck).params, expect)
+
+
+def test_threads_flag_gives_identical_numbers(tmp_path, npz):
+    runs = []
+    for threads in ("1", "2"):
+        ck, out = str(tmp_path / f"ck{threads}.npz"), tmp_path / f"m{threads}.json"
+        assert main(TINY + ["--data", npz, "--threads", threads, "--save", ck,
+                            "--metrics-out", str(out)]) == 0
+        m = json.loads(out.read_text())
+        assert m["threads"] == min(int(threads), nc.set_num_threads(None))
+        runs.append((nc.load(ck).params, [(e["train_loss"], e["test_loss"]) for e in m["epochs"]]))
+    nc.set_num_threads(None)
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1]
+
+
+def test_interrupted_cosine_run_resumes_bitwise(tmp_path, npz, monkeypatch):
+    """Stop a 4-epoch cosine run after epoch 2 (as Ctrl-C would), resume it from its checkpoint: the
+    weights equal an uninterrupted run's. The resumed optimizer is built from the checkpoint, whose
+    lr is already annealed, so the schedule's base lr must come from the checkpoint too."""
+    args = TINY[:3] + ["--epochs", "4", "--lr-schedule", "cosine", "--data", npz]
+    full = str(tmp_path / "full.npz")
+    assert main(args + ["--save", full]) == 0
+
+    orig = nc.Trainer.train_epoch
+
+    def stop_after_epoch_2(self, *a, **k):
+        stats = orig(self, *a, **k)
+        if self.epoch == 2:
+            self.stop_signal = signal.SIGINT
+        return stats
+    monkeypatch.setattr(nc.Trainer, "train_epoch", stop_after_epoch_2)
+    ck = str(tmp_path / "ck.npz")
+    assert main(args + ["--save", ck]) == 130
+    assert nc.load_checkpoint(ck).meta["training"]["trainer"]["epoch"] == 2
+    monkeypatch.setattr(nc.Trainer, "train_epoch", orig)
+    assert main(["--quiet", "--data", npz, "--resume", ck]) == 0
+    np.testing.assert_array_equal(nc.load(ck).params, nc.load(full).params)
+
+
+def test_resume_refuses_other_batch_size_seed_or_data(tmp_path, npz, capsys):
+    ck = str(tmp_path / "ck.npz")
+    assert main(TINY + ["--data", npz, "--save", ck, "--seed", "3"]) == 0
+    before = open(ck, "rb").read()
+    capsys.readouterr()
+    other = tmp_path / "other.npz"
+    with np.load(npz) as f:
+        x, y = f["x"].copy(), f["y"].copy()
+    x[5, 0, 0] += 1  # one pixel differs
+    np.savez(other, x=x, y=y)
+    for argv, msg in [(["--batch-size", "32"], "was trained with --batch-size 64, cannot resume with 32"),
+                      (["--seed", "4"], "was trained with --seed 3, cannot resume with 4"),
+                      (["--data", str(other)], "was trained on other data")]:
+        data = [] if "--data" in argv else ["--data", npz]
+        assert main(["--quiet", "--resume", ck, "--epochs", "3"] + data + argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert msg in err and len(err.splitlines()) == 1, err
+    assert open(ck, "rb").read() == before  # nothing the user saved is touched
+    assert main(["--quiet", "--resume", ck, "--epochs", "3", "--data", npz, "--seed", "3"]) == 0
+
+
+def test_evaluate_prints_the_checkpoints_numbers(tmp_path, npz, capsys):
+    from sklearn.metrics import confusion_matrix
+
+    ck = str(tmp_path / "ck.npz")
+    assert main(TINY + ["--data", npz, "--save", ck]) == 0
+    capsys.readouterr()
+    assert main(["--evaluate", ck, "--data", npz]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    net, ds = nc.load(ck), nc.load_dataset(npz, test_size=0.2, seed=0)
+    loss, acc = nc.evaluate(net, ds.x_test, ds.y_test)
+    assert f"loss {loss:.4f}, accuracy {acc:.4f}" in lines[0] and f"({len(ds.y_test)} images)" in lines[0]
+    printed = np.array([[int(v) for v in row.split()[1:]] for row in lines[3:]])
+    np.testing.assert_array_equal(printed, confusion_matrix(ds.y_test, net.predict(ds.x_test)))
+
+
+def test_auto_architecture_is_compact_up_to_16x16_and_small_above():
+    from numbacnn.arch import PRESETS
+
+    for shape, preset in [((1, 8, 8), "compact"), ((1, 16, 16), "compact"), ((3, 16, 17), "small"),
+                          ((1, 28, 28), "small")]:
+        auto = nc.build_network("auto", shape, 10, seed=0)
+        named = nc.build_network(PRESETS[preset], shape, 10, seed=0)
+        assert repr(auto) == repr(named), (shape, preset)

@@ -247,3 +247,22 @@ def test_download_command_line_reports_failure_cleanly(tmp_path, capsys):
     assert rc == 1
     assert "could not download train-images-idx3-ubyte.gz" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_fractional_labels_are_refused_not_truncated(tmp_path):
+    x = np.zeros((4, 3, 3), np.uint8)
+    p = tmp_path / "frac.npz"
+    np.savez(p, x=x, y=np.array([0.0, 1.0, 1.5, 2.0]))
+    with pytest.raises(DataError, match="whole numbers"):
+        load_npz(str(p))
+    np.savez(p, x=x, y=np.array([0.0, 1.0, 1.0, 2.0]))  # whole floats are fine, as integers
+    _, y, _, _ = load_npz(str(p))
+    assert y.dtype == np.int64 and y.tolist() == [0, 1, 1, 2]
+    c = tmp_path / "frac.csv"
+    c.write_text("label,a,b,c,d\n1,0,1,2,3\n2.5,4,5,6,7\n")
+    with pytest.raises(DataError, match="whole numbers"):
+        load_csv(str(c))
+    for bad in (np.nan, np.inf):
+        np.savez(p, x=x, y=np.array([0.0, 1.0, bad, 2.0]))
+        with pytest.raises(DataError, match="whole numbers"):
+            load_npz(str(p))

@@ -1,5 +1,7 @@
 """Backward passes against float64 central finite differences of the oracle, and the brief's claims
 about batch averaging, argmax routing and gradient summation at pooling outputs."""
+import math
+
 import numpy as np
 import pytest
 import reference as ref
@@ -85,21 +87,6 @@ def test_layer_input_gradient_matches_finite_differences(rng, layer_factory, spe
         np.testing.assert_allclose(layer.dbias, numeric_grad(f, params[1]), rtol=1e-3, atol=1e-4)
 
 
-def test_batch_gradient_is_mean_of_per_example_gradients(rng):
-    net = small_net(seed=3)
-    x = f32(rng.standard_normal((21, 2, 9, 9)))  # 21 = 8 + 8 + 5: crosses chunk boundaries
-    y = rng.integers(0, 3, 21)
-    net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
-    batch = net.grad_dict()
-    per_example = []
-    for i in range(len(x)):
-        net.backward(nc.softmax_cross_entropy(net.forward(x[i:i + 1], training=True), y[i:i + 1])[1])
-        per_example.append(net.grad_dict())
-    for k in batch:
-        mean = np.mean([g[k].astype(np.float64) for g in per_example], axis=0)
-        np.testing.assert_allclose(batch[k], mean, rtol=1e-4, atol=1e-6, err_msg=k)
-
-
 def test_maxpool_routes_each_example_to_its_own_argmax(rng):
     N = 3
     x = f32(rng.standard_normal((N, 1, 4, 4)))
@@ -158,3 +145,149 @@ def test_gradient_at_pool_output_sums_over_downstream_readers(rng):
                 if 0 <= ky < 3 and 0 <= kx < 3:
                     expect += float(g[0, co, oy, ox]) * float(conv.weight[co, c, ky, kx])
     assert dh[0, c, iy, ix] == pytest.approx(expect, rel=1e-5, abs=1e-6)
+
+
+# Nets that put every conv strategy, the fused conv+ReLU+pool kernels and multi-block Dense layers
+# (more than one feature block forward and backward) under the claims above, with their oracle specs.
+STRATEGY_NETS = {
+    "small net: padded and overlapping pools, tanh, avgpool": (
+        lambda: small_net().layers, NET_SPEC, (2, 9, 9)),
+    "wide+fused pool, multi-block dense": (
+        lambda: [nc.Conv2D(1, 4, 3), nc.ReLU(), nc.MaxPool2D(2), nc.Flatten(), nc.Dense(100, 40),
+                 nc.ReLU(), nc.Dense(40, 3)],
+        [("conv", 1, 0), ("relu",), ("maxpool", 2, 2, 0), ("flatten",), ("dense",), ("relu",),
+         ("dense",)], (1, 12, 12)),
+    "positions+fused pool": (
+        lambda: [nc.Conv2D(2, 12, 3, padding=1), nc.ReLU(), nc.Conv2D(12, 8, 3), nc.ReLU(),
+                 nc.MaxPool2D(2), nc.Flatten(), nc.Dense(32, 3)],
+        [("conv", 1, 1), ("relu",), ("conv", 1, 0), ("relu",), ("maxpool", 2, 2, 0), ("flatten",),
+         ("dense",)], (2, 6, 6)),
+    "gemm strided, positions strided, overlapping unfused pool": (
+        lambda: [nc.Conv2D(2, 12, 3, stride=2), nc.ReLU(), nc.MaxPool2D(3, stride=1),
+                 nc.Conv2D(12, 5, 3, stride=2, padding=1), nc.Flatten(), nc.Dense(20, 3)],
+        [("conv", 2, 0), ("relu",), ("maxpool", 3, 1, 0), ("conv", 2, 1), ("flatten",), ("dense",)],
+        (2, 13, 13)),
+}
+
+
+def _strategy_net(name, seed=0):
+    make, spec, shape = STRATEGY_NETS[name]
+    return nc.Sequential(make(), seed=seed), spec, shape
+
+
+def test_strategy_nets_cover_every_path():
+    strategies, fused, blocks = set(), False, False
+    for name in STRATEGY_NETS:
+        net, _, _ = _strategy_net(name)
+        for layer in net.layers:
+            if isinstance(layer, nc.Conv2D):
+                strategies.add(layer.strategy)
+                fused |= layer.fused_pool is not None
+            if isinstance(layer, nc.Dense):
+                blocks |= layer.in_features > 64 and layer.out_features > 32  # >= 2 blocks each way
+    assert strategies == {"wide", "positions", "gemm"} and fused and blocks
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("name", list(STRATEGY_NETS))
+def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
+    """Every parameter gradient and dL/dx against the oracle's backward; with integer data and
+    weights (ties) pooling windows hold equal maxima, which must go to the first one."""
+    net, spec, shape = _strategy_net(name)
+    n = 11
+    if ties:
+        x = f32(rng.integers(-1, 3, (n,) + shape))
+        net.load_state_dict({k: f32(rng.integers(-1, 2, v.shape) * 0.25)
+                             for k, v in net.state_dict().items()})
+    else:
+        x = f32(rng.standard_normal((n,) + shape))
+    y = rng.integers(0, 3, n)
+    loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    dx = net.backward(d)
+    params = [v.astype(np.float64) for v in net.state_dict().values()]
+    rloss, rgrads, rdx = ref.network_gradients(spec, params, x, y)
+    assert loss == pytest.approx(rloss, rel=1e-5)
+    for (key, g), rg in zip(net.grad_dict().items(), rgrads):
+        np.testing.assert_allclose(g, rg, rtol=1e-4, atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(STRATEGY_NETS))
+def test_oracle_network_gradients_match_finite_differences(rng, name):
+    """The oracle's backward itself, against central differences on a sample of entries."""
+    net, spec, shape = _strategy_net(name)
+    x = rng.permutation(3 * math.prod(shape)).reshape((3,) + shape) / 7.0  # distinct: no ties
+    y = np.array([0, 1, 2])
+    params = [v.astype(np.float64) for v in net.state_dict().values()]
+    _, grads, _ = ref.network_gradients(spec, params, x, y)
+    for p, g in zip(params, grads):
+        for i in [tuple(rng.integers(0, s) for s in p.shape) for _ in range(6)]:
+            old = p[i]
+            p[i] = old + EPS
+            fp = ref.network_loss(spec, params, x, y)
+            p[i] = old - EPS
+            fm = ref.network_loss(spec, params, x, y)
+            p[i] = old
+            assert g[i] == pytest.approx((fp - fm) / (2 * EPS), rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.parametrize("name", list(STRATEGY_NETS))
+def test_batch_gradient_is_mean_of_per_example_gradients_on_every_path(rng, name):
+    """21 examples (chunks 8 + 8 + 5): any mix-up between examples (a wrong argmax plane, a chunk
+    read twice) makes the batch gradient differ from the mean of 21 single-example gradients."""
+    net, _, shape = _strategy_net(name, seed=3)
+    x = f32(rng.standard_normal((21,) + shape))
+    y = rng.integers(0, 3, 21)
+    net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
+    batch = net.grad_dict()
+    per_example = []
+    for i in range(len(x)):
+        net.backward(nc.softmax_cross_entropy(net.forward(x[i:i + 1], training=True), y[i:i + 1])[1])
+        per_example.append(net.grad_dict())
+    for k in batch:
+        mean = np.mean([g[k].astype(np.float64) for g in per_example], axis=0)
+        np.testing.assert_allclose(batch[k], mean, rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def _readers_sum_conv(g, w, in_shape, stride, pad):
+    """dL/dh[n, c, iy, ix] = sum over every output (co, oy, ox) whose window reads (iy, ix), of
+    g[n, co, oy, ox] * w[co, c, ky, kx]: the gather form, written independently of the oracle's
+    scatter."""
+    N, C, H, W = in_shape
+    Co, _, KH, KW = w.shape
+    (sh, sw), (ph, pw) = stride, pad
+    OH, OW = g.shape[2:]
+    dh = np.zeros(in_shape)
+    for iy in range(H):
+        for ix in range(W):
+            for ky in range(KH):
+                for kx in range(KW):
+                    ty, tx = iy + ph - ky, ix + pw - kx
+                    if ty % sh or tx % sw:
+                        continue
+                    oy, ox = ty // sh, tx // sw
+                    if 0 <= oy < OH and 0 <= ox < OW:
+                        dh[:, :, iy, ix] += g[:, :, oy, ox].astype(np.float64) @ w[:, :, ky, kx]
+    return dh
+
+
+@pytest.mark.parametrize("layer,in_shape", [
+    (lambda: nc.Conv2D(2, 3, 3, padding=1), (2, 2, 5, 6)),  # wide
+    (lambda: nc.Conv2D(12, 4, 3, padding=1), (2, 12, 5, 4)),  # positions
+    (lambda: nc.Conv2D(12, 4, 3, stride=2, padding=1), (2, 12, 7, 6)),  # positions, strided
+    (lambda: nc.Conv2D(3, 4, 3, stride=2), (2, 3, 7, 8)),  # gemm
+    (lambda: nc.Dense(150, 70), (3, 150)),  # three feature blocks each way
+])
+def test_gradient_at_pool_output_sums_over_downstream_readers_on_every_path(rng, layer, in_shape):
+    layer = layer().initialize(rng)
+    h = f32(rng.standard_normal(in_shape))
+    out = layer.forward(h, training=True)
+    g = f32(rng.standard_normal(out.shape))
+    dh = layer.backward(g)
+    w = layer.weight.astype(np.float64)
+    if isinstance(layer, nc.Dense):
+        expect = np.array([[sum(float(g[n, j]) * w[j, i] for j in range(w.shape[0]))
+                            for i in range(w.shape[1])] for n in range(in_shape[0])])
+    else:
+        expect = _readers_sum_conv(g, w, in_shape, layer.stride, layer.padding)
+    np.testing.assert_allclose(dh, expect, rtol=1e-4, atol=1e-5)

@@ -135,7 +135,8 @@ def test_avgpool2d_matches_oracle(rng, N, C, H, W, K, S, P):
                                rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11)])
+@pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11),
+                                     (5, 150, 70), (4, 130, 33), (2, 300, 200)])  # 2-8 feature blocks
 def test_dense_matches_oracle(rng, N, Fi, Fo):
     layer = nc.Dense(Fi, Fo).initialize(rng)
     x = f32(rng.standard_normal((N, Fi)))

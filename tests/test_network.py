@@ -76,8 +76,12 @@ def test_bad_inputs_raise_value_errors():
         net.backward(np.zeros((3, 10), np.float32))
     with pytest.raises(ValueError, match="labels"):
         nc.softmax_cross_entropy(np.zeros((2, 10), np.float32), np.array([0, 10]))
-    with pytest.raises(ValueError, match="padding"):
+    with pytest.raises(ValueError, match="padding='same' needs stride 1 and an odd kernel size"):
         nc.Conv2D(1, 2, 4, padding="same")
+    for stride in (2, (1, 2), (2, 1)):
+        with pytest.raises(ValueError, match="padding='same' needs stride 1"):
+            nc.Conv2D(1, 2, 3, stride=stride, padding="same")
+    assert nc.Conv2D(1, 2, (3, 5), padding="same").padding == (1, 2)
     with pytest.raises(ValueError, match="padding"):
         nc.MaxPool2D(2, padding=2)
     with pytest.raises(ValueError, match="kernel_size"):
@@ -157,32 +161,58 @@ def test_a_few_sgd_steps_reduce_the_loss(rng):
     assert all(b < a for a, b in zip(losses[:5], losses[1:6])), losses
 
 
-def strided(seed=0):
-    return nc.Sequential([nc.Conv2D(1, 4, 3, stride=2), nc.ReLU(), nc.Conv2D(4, 8, 3), nc.ReLU(),
-                          nc.Flatten(), nc.Dense(8 * 11 * 11, 10)], seed=seed)
+THREADS_SCRIPT = """
+import hashlib, sys
+import numpy as np
+import numba
+import numbacnn as nc
 
-
-@pytest.mark.parametrize("make", [lenet, strided,
-                                  lambda seed: nc.build_network("lenet5", (1, 28, 28), 10, seed=seed)])
-def test_results_identical_across_thread_counts(rng, make):
-    """Chunked gradients reduced in a fixed order: the thread count does not change any bit
-    (strided and stride-1 convolutions)."""
-    x = f32(rng.random((40, 1, 28, 28)))
+SPECS = {
+    "lenet5": ("lenet5", (1, 28, 28)),
+    "strided": ("conv(4,3,stride=2),relu,conv(8,3),relu,dense(150),relu", (1, 28, 28)),
+    "positions strided": ("conv(12,3,stride=2),relu,conv(16,3,stride=2,padding=1),dense(70)", (3, 15, 15)),
+    "overlapping pools": ("conv(4,3),maxpool(3,stride=2),relu,conv(12,3,padding=1),tanh,"
+                          "maxpool(3,stride=1,padding=1),avgpool(3,stride=2,padding=1),dense(40)",
+                          (2, 17, 17)),
+}
+rng = np.random.default_rng(0)
+for name, (spec, shape) in SPECS.items():
+    x = rng.random((40,) + shape, dtype=np.float32)
     y = rng.integers(0, 10, 40)
-    results = []
-    before = nc.get_num_threads()
-    try:
-        for threads in (1, nc.set_num_threads(None)):
-            nc.set_num_threads(threads)
-            net = make(seed=5)
-            opt = nc.Adam(net, lr=1e-3)
-            for _ in range(3):
-                _one_step(net, x, y)
-                opt.step()
-            results.append(net.params.copy())
-    finally:
-        nc.set_num_threads(before)
-    np.testing.assert_array_equal(results[0], results[1])
+    for threads in (1, 2, 3, 16):
+        nc.set_num_threads(threads)
+        assert numba.get_num_threads() == threads
+        net = nc.build_network(spec, shape, 10, seed=5)
+        opt = nc.Adam(net, lr=1e-3)
+        for _ in range(3):
+            _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+            dx = net.backward(d)
+            opt.step()
+        h = hashlib.sha256(net.params.tobytes() + net.grads.tobytes() + dx.tobytes()).hexdigest()
+        print(name, threads, h)
+"""
+
+
+def test_results_identical_for_1_2_3_and_16_threads():
+    """Chunked gradients reduced in a fixed order: the thread count does not change any bit, for
+    every conv strategy, fused and unfused (overlapping, padded) pools and multi-block Dense layers.
+    In a child with 16 numba threads, so that 3 and 16 run whatever the machine's core count."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_NUM_THREADS="16")
+    r = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    hashes: dict[str, dict[str, str]] = {}
+    for line in r.stdout.splitlines():
+        *name, threads, digest = line.split()
+        hashes.setdefault(" ".join(name), {})[threads] = digest
+    assert len(hashes) == 4
+    for name, by_threads in hashes.items():
+        assert set(by_threads) == {"1", "2", "3", "16"}, name
+        assert len(set(by_threads.values())) == 1, (name, by_threads)
 
 
 def test_eval_forward_in_slices_matches_training_forward(rng):

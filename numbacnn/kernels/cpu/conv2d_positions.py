@@ -22,9 +22,9 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
+from ._conv_epilogue import grad_rows, max2x2, pool_scan
 from ._util import add_row_sums, conv_out, n_chunks
 from .blas import sgemm
-from .conv2d_wide import _grad_rows, _max2x2, _pool_scan
 
 
 @kernel(parallel=False)
@@ -105,7 +105,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
     pooling with stride = window, argmax as an index into the (OH, OW) plane, with
     maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or pooled (Co, PH, PW) with a its
     argmax. The 2x2 path runs over channels, contiguous in ytf; an example holding a NaN or an
-    infinity takes _pool_scan instead."""
+    infinity takes pool_scan instead."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     if PKH == 0:
@@ -138,10 +138,10 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
                     v2 = v2 if v2 > zero else zero
                     v3 = rd[co] + bias
                     v3 = v3 if v3 > zero else zero
-                    o[co, py, px], a[co, py, px] = _max2x2(v0, v1, v2, v3, j0, OW)
+                    o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3, j0, OW)
     else:
         for co in range(Co):
-            _pool_scan(o[co], a[co], ytf, co, Co, OW, b[co], PKH, PKW)
+            pool_scan(o[co], a[co], ytf, co, Co, OW, b[co], PKH, PKW)
 
 
 @kernel()
@@ -212,7 +212,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
             for e in range(G):
                 n = n0 + g0 + e
                 _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW)
-                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled,
+                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled,
                            gmask[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)

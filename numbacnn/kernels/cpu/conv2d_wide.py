@@ -12,14 +12,14 @@ and, still in cache, they feed its GEMMs 10-40 % faster than a stored copy read 
 It lays a group of examples side by side (row pitch G * L), so the weight gradient of a group is
 one GEMM with a long inner dimension. Flat buffers, sliced at an example's offset and read with a
 row pitch, keep every inner loop on a contiguous slice indexed from 0 (numba vectorises those).
-GEMMs go through ``blas.sgemm``, single-threaded inside prange. The fused-pool helpers here
-(_max2x2, _pool_scan, _grad_rows) serve conv2d_positions.py too.
+GEMMs go through ``blas.sgemm``, single-threaded inside prange.
 """
 import numba
 import numpy as np
 from numba import prange
 
 from ..._config import kernel
+from ._conv_epilogue import grad_rows, max2x2, pool_scan
 from ._util import add_row_sums, n_chunks
 from .blas import sgemm
 
@@ -118,50 +118,12 @@ def _epilogue(o, yf, b, Wp, L, relu):
 
 
 @kernel(parallel=False)
-def _max2x2(v0, v1, v2, v3, i0, P):
-    """Maximum of a 2x2 window (v0 v1 / v2 v3) and its index (v0 at i0, rows P apart), the first
-    in row-major order on ties; branch-free selects, so that loops calling it vectorise."""
-    t01 = v1 > v0
-    b01 = v1 if t01 else v0
-    i01 = i0 + 1 if t01 else i0
-    t23 = v3 > v2
-    b23 = v3 if t23 else v2
-    i23 = i0 + P + 1 if t23 else i0 + P
-    t = b23 > b01  # strict: row 0 wins ties
-    return (b23 if t else b01), (i23 if t else i01)
-
-
-@kernel(parallel=False)
-def _pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
-    """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
-    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their j.
-    As maxpool2d_forward: windows scanned in row-major order, the first maximum wins ties and
-    the first NaN wins (ReLU keeps NaN, as torch.relu does). The exact, general path."""
-    PH, PW = o.shape
-    zero = np.float32(0.0)
-    for py in range(PH):
-        for px in range(PW):
-            best = zero
-            best_i = -1
-            for ky in range(PKH):
-                for kx in range(PKW):
-                    j = (py * PKH + ky) * P + px * PKW + kx
-                    v = src[off + j * stride] + bias
-                    v = v if not v < zero else zero
-                    if best_i < 0 or (best == best and (v > best or v != v)):
-                        best = v
-                        best_i = j
-            o[py, px] = best
-            a[py, px] = best_i
-
-
-@kernel(parallel=False)
 def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
     argmax, the argmax as an index into the wide row (oy * Wp + ox: the backward scatters
     without a division), with maxpool2d_forward's tie and NaN rules. Channels holding a NaN or
-    an infinity take _pool_scan; the others the 2x2 selects (plain comparisons are exact there)."""
+    an infinity take pool_scan; the others the 2x2 selects (plain comparisons are exact there)."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     for co in range(Co):
@@ -181,9 +143,9 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
                 base = 2 * py * Wp
                 for px in range(PW):
                     i = 2 * px
-                    orow[px], arow[px] = _max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, Wp)
+                    orow[px], arow[px] = max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, Wp)
         else:
-            _pool_scan(o[co], a[co], row, 0, 1, Wp, zero, PKH, PKW)
+            pool_scan(o[co], a[co], row, 0, 1, Wp, zero, PKH, PKW)
 
 
 @kernel()
@@ -216,63 +178,6 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
             _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, L, PKH, PKW)
         else:
             _epilogue(out[n], yf, b, Wp, L, relu)
-
-
-@kernel(parallel=False)
-def _wide_grad(gf, off, P, dout, y, Wp, relu):
-    """The rows at (off, pitch P) of gf = dout (Co, OH, OW) on wide rows (row pitch Wp; Wp = OW
-    lays them out exactly), zero where the fused ReLU's output y was not positive and in the junk
-    columns."""
-    Co, OH, OW = dout.shape
-    zero = np.float32(0.0)
-    for co in range(Co):
-        for oy in range(OH):
-            src = dout[co, oy]
-            yr = y[co, oy]
-            d0 = off + co * P + oy * Wp
-            dst = gf[d0:d0 + Wp]
-            for ox in range(OW):
-                dst[ox] = src[ox] if (not relu or yr[ox] > zero) else zero
-            if oy < OH - 1:
-                for ox in range(OW, Wp):
-                    dst[ox] = zero
-
-
-@kernel(parallel=False)
-def _wide_grad_pooled(gf, off, P, dout, y, a, L, gm):
-    """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + max pool routed to each
-    window's argmax a (Co, PH, PW), an index into the row of length L (zero elsewhere); y, dout:
-    pooled values and their gradient; gm: a workspace of at least Co * PH * PW floats.
-
-    The ReLU mask is applied first in a vectorised pass, then every window stores
-    unconditionally (windows do not overlap, so each argmax is written once): a branch on the
-    sign of y inside the scatter mispredicted and ran 5x slower."""
-    Co, PH, PW = dout.shape
-    M = Co * PH * PW
-    zero = np.float32(0.0)
-    yf = y.reshape(M)
-    df = dout.reshape(M)
-    for i in range(M):
-        gm[i] = df[i] if yf[i] > zero else zero  # the ReLU passed the maximum
-    af = a.reshape(M)
-    for co in range(Co):
-        row = gf[off + co * P:off + co * P + L]
-        for j in range(L):
-            row[j] = zero
-        s0 = co * PH * PW
-        gs = gm[s0:s0 + PH * PW]
-        ac = af[s0:s0 + PH * PW]
-        for i in range(PH * PW):
-            row[ac[i]] = gs[i]
-
-
-@kernel(parallel=False)
-def _grad_rows(gf, off, P, dout, y, a, Wp, L, relu, pooled, gm):
-    """_wide_grad_pooled when pooled (a: the argmax; gm its workspace), else _wide_grad."""
-    if pooled:
-        _wide_grad_pooled(gf, off, P, dout, y, a, L, gm)
-    else:
-        _wide_grad(gf, off, P, dout, y, Wp, relu)
 
 
 @kernel()
@@ -313,7 +218,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, do
             for e in range(G):
                 n = n0 + g0 + e
                 im2col_wide(cf[e * L:], PG, _plane(pad[t], x[n], PH, PW), KH, KW, Wp, L)
-                _grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled, gmask[t])
+                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled, gmask[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,

@@ -1,0 +1,202 @@
+"""Plant known bugs one at a time in a temporary copy of the package and check that the tests catch each.
+
+    python dev/mutants.py              # every mutant (about 10 minutes on 2 cores)
+    python dev/mutants.py -k dense     # mutants whose name contains "dense"
+    python dev/mutants.py --list
+
+For each mutant: copy numbacnn/, tests/ and train.py (with the numba cache, file times kept) to a
+temporary directory, replace one piece of source text, and run the focused tests named beside it
+there (PYTHONPATH points at the copy). A mutant is *caught* when those tests fail. Kernel mutants
+drop the copied kernel caches, because numba does not notice a changed helper in another file.
+First, a control run checks that every selected test passes on the unchanged copy. Exit status 1
+when a mutant survives, a mutant no longer applies to the source, or the control fails.
+Not part of the default test run.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Mutant:
+    name: str
+    path: str  # relative to the repository root
+    old: str
+    new: str
+    tests: list[str]  # pytest arguments, relative to the copy
+    replace_all: bool = False
+
+
+K = "numbacnn/kernels/cpu/"
+M = Mutant
+MUTANTS = [
+    # dense layers with several feature blocks (every preset's first Dense layer)
+    M("dense weight gradient: later blocks read the first block of x", K + "dense.py",
+      "gf, 0, F_out, xf, i0, F_in,", "gf, 0, F_out, xf, 0, F_in,",
+      ["tests/test_kernels.py", "-k", "dense"]),
+    M("dense input gradient: later blocks read the first block of W", K + "dense.py",
+      "gf, 0, F_out, wf, i0, F_in,", "gf, 0, F_out, wf, 0, F_in,",
+      ["tests/test_kernels.py", "-k", "dense"]),
+    M("dense forward: later blocks use the first block of W", K + "dense.py",
+      "xf, 0, F_in, wf, j0 * F_in, F_in,", "xf, 0, F_in, wf, 0, F_in,",
+      ["tests/test_kernels.py", "-k", "dense"]),
+    M("dense bias gradient from the first example only", K + "dense.py",
+      "        for n in range(N):\n            s += dout[n, j]",
+      "        for n in range(1):\n            s += dout[n, j]",
+      ["tests/test_kernels.py", "-k", "dense"]),
+    # pooling: ties, routing, fused epilogues
+    M("max pool 2x2: ties go to the last maximum", K + "pool.py",
+      "            if v1 > best:", "            if v1 >= best:", ["tests/test_kernels.py", "-k", "maxpool"]),
+    M("fused conv+ReLU+pool: ties go to the later column", K + "_conv_epilogue.py",
+      "t01 = v1 > v0", "t01 = v1 >= v0", ["tests/test_gradients.py", "-k", "every_path"]),
+    M("fused wide backward: every example of a chunk routes through its first example's argmax",
+      K + "conv2d_wide.py", "dout[n], y[n], argmax[n], Wp", "dout[n], y[n], argmax[n0], Wp",
+      ["tests/test_gradients.py", "-k", "every_path"]),
+    M("fused positions backward: routes through the first example's argmax", K + "conv2d_positions.py",
+      "dout[n], y[n], argmax[n], OW", "dout[n], y[n], argmax[n0], OW",
+      ["tests/test_gradients.py", "-k", "every_path"]),
+    M("max pool backward: plane overwritten instead of accumulated", K + "pool.py",
+      "                d[a[oy, ox]] += g[oy, ox]", "                d[a[oy, ox]] = g[oy, ox]",
+      ["tests/test_gradients.py", "-k", "overlap or every_path"]),
+    M("fused ReLU backward: mask ignored", K + "_conv_epilogue.py",
+      "dst[ox] = src[ox] if (not relu or yr[ox] > zero) else zero", "dst[ox] = src[ox]",
+      ["tests/test_gradients.py", "-k", "every_path"]),
+    # reductions and determinism
+    M("chunk size follows the thread count (reduction order changes with threads)", "numbacnn/layers.py",
+      "_config.CHUNK", "max(1, 16 // _config.get_num_threads())",
+      ["tests/test_network.py", "-k", "threads"], replace_all=True),
+    M("chunk sums skip the last chunk", K + "_util.py",
+      "for c in range(1, n_parts):", "for c in range(1, n_parts - 1):",
+      ["tests/test_gradients.py", "-k", "mean_of_per_example"]),
+    M("loss gradient not divided by the batch size", K + "loss.py",
+      "inv_n = 1.0 / N", "inv_n = 1.0", ["tests/test_kernels.py", "-k", "softmax"]),
+    M("SGD Nesterov step uses plain momentum", K + "optim.py",
+      "(d + mom * b if nesterov else b)", "(b if nesterov else b)",
+      ["tests/test_network.py", "-k", "formulas"]),
+    # the command line
+    M("CLI ignores --nesterov", "numbacnn/cli.py", "nesterov=args.nesterov", "nesterov=False",
+      ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
+    M("CLI ignores --weight-decay", "numbacnn/cli.py", '"weight_decay": args.weight_decay}',
+      '"weight_decay": 0.0}', ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
+    M("CLI default sgd learning rate changed", "numbacnn/cli.py", '"sgd": 0.05', '"sgd": 0.01',
+      ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
+    M("CLI default batch size on other data changed", "numbacnn/cli.py",
+      '"epochs": 10, "batch_size": 64', '"epochs": 10, "batch_size": 32',
+      ["tests/test_cli.py", "-k", "defaults_for_non_digits"]),
+    M("resume under the cosine schedule without restoring the base lr", "numbacnn/training.py",
+      '        self.base_lr = float(st.get("base_lr", self.base_lr))\n', "",
+      ["tests/test_cli.py", "-k", "cosine"]),
+    M("resume takes the checkpoint's seed silently", "numbacnn/cli.py",
+      '(("batch_size", "batch_size"), ("seed", "seed"))', '(("batch_size", "batch_size"),)',
+      ["tests/test_cli.py", "-k", "refuses"]),
+    M("resume does not check the data", "numbacnn/cli.py",
+      'tmeta.get("data_fingerprint", fingerprint) != fingerprint', "False",
+      ["tests/test_cli.py", "-k", "refuses"]),
+    M("--evaluate reports the training split", "numbacnn/cli.py",
+      "loss, acc = evaluate(ck.net, ds.x_test, ds.y_test)",
+      "loss, acc = evaluate(ck.net, ds.x_train, ds.y_train)",
+      ["tests/test_cli.py", "-k", "evaluate_prints"]),
+    M("auto picks compact only below 16x16", "numbacnn/arch.py", "max(input_shape[1:]) <= 16",
+      "max(input_shape[1:]) < 16", ["tests/test_cli.py", "-k", "auto_architecture"]),
+    # data, layers, estimator
+    M("fractional labels truncated to integers", "numbacnn/data/__init__.py",
+      "if not np.isfinite(y).all() or (y != np.round(y)).any():", "if not np.isfinite(y).all():",
+      ["tests/test_data.py", "-k", "fractional"]),
+    M("padding='same' accepted with stride 2", "numbacnn/layers.py",
+      "if self.stride != (1, 1) or kh % 2 == 0", "if kh % 2 == 0",
+      ["tests/test_network.py", "-k", "bad_inputs"]),
+    M("estimator standardises with the median, not the mean", "numbacnn/estimator.py",
+      "self.x_mean_ = float(np.mean(X, dtype=np.float64))", "self.x_mean_ = float(np.median(X))",
+      ["tests/test_estimator.py", "-k", "standardised"]),
+    M("estimator maps predictions to the wrong class labels", "numbacnn/estimator.py",
+      "return self.classes_[np.argmax(logits, axis=1)]",
+      "return self.classes_[::-1][np.argmax(logits, axis=1)]",
+      ["tests/test_estimator.py", "-k", "string_labels"]),
+]
+
+
+def _copy_tree(dst: str) -> None:
+    for name in ("numbacnn", "tests"):
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(dst, name), copy_function=shutil.copy2)
+    shutil.copy2(os.path.join(ROOT, "train.py"), dst)
+    shared = os.path.join(ROOT, "..", "shared")
+    if os.path.isdir(shared):  # tests look for ../shared/data beside the repository
+        os.symlink(os.path.abspath(shared), os.path.join(os.path.dirname(dst), "shared"))
+
+
+def _pytest(copy: str, args: list[str], timeout: float) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args]
+    try:
+        r = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "timed out"
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    return r.returncode, lines[-1] if lines else ""
+
+
+def _run_one(m: Mutant | None, args: list[str], timeout: float) -> tuple[int, str]:
+    with tempfile.TemporaryDirectory(prefix="numbacnn-mutant-") as tmp:
+        copy = os.path.join(tmp, "repo")
+        _copy_tree(copy)
+        if m is not None:
+            path = os.path.join(copy, m.path)
+            with open(path) as f:
+                src = f.read()
+            if m.old not in src:
+                return -2, "the mutant's text is no longer in the source"
+            with open(path, "w") as f:
+                f.write(src.replace(m.old, m.new) if m.replace_all else src.replace(m.old, m.new, 1))
+            if m.path.startswith("numbacnn/kernels/"):
+                for cached in glob.glob(os.path.join(copy, "numbacnn", "kernels", "**", "*.nb[ic]"),
+                                        recursive=True):
+                    os.remove(cached)
+        return _pytest(copy, args, timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-k", default="", help="only mutants whose name contains this text")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
+    args = p.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.k.lower() in m.name.lower()]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  [{m.path}; {' '.join(m.tests)}]")
+        return 0
+    # control: the selected tests pass on the unchanged code (one run per test file)
+    by_file: dict[str, list[str]] = {}
+    for m in chosen:
+        by_file.setdefault(m.tests[0], []).append(m.tests[2] if len(m.tests) > 2 else "")
+    for test_file, keys in by_file.items():
+        sel = [test_file] + (["-k", " or ".join(f"({k})" for k in keys)] if all(keys) else [])
+        rc, last = _run_one(None, sel, args.timeout)
+        if rc != 0:
+            print(f"control failed: {' '.join(sel)}: {last}")
+            return 1
+    print(f"control: the selected tests pass on the unchanged code ({len(by_file)} files)")
+    survivors = 0
+    for i, m in enumerate(chosen, 1):
+        t0 = time.perf_counter()
+        rc, last = _run_one(m, m.tests, args.timeout)
+        verdict = {0: "MISSED", -1: "TIMEOUT", -2: "STALE"}.get(rc, "caught")
+        survivors += verdict != "caught"
+        print(f"[{i:2}/{len(chosen)}] {verdict:6} {time.perf_counter() - t0:5.0f} s  {m.name}"
+              + (f"  ({last})" if verdict != "caught" else ""), flush=True)
+    print(f"{len(chosen) - survivors} of {len(chosen)} planted bugs caught")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
