@@ -16,7 +16,7 @@ import torch
 
 import numbacnn as nc
 from numbacnn import _config
-from numbacnn.layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+from numbacnn.bench import torch_twin
 
 CASES = [  # (spec, input shape)
     ("small", (1, 28, 28)),
@@ -32,39 +32,9 @@ CASES = [  # (spec, input shape)
 ]
 
 
-def to_torch(net: nc.Sequential) -> torch.nn.Sequential:
-    mods: list[torch.nn.Module] = []
-    for layer in net.layers:
-        if isinstance(layer, Conv2D):
-            m = torch.nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size,
-                                layer.stride, layer.padding)
-            m.weight.data = torch.from_numpy(np.array(layer.weight))
-            m.bias.data = torch.from_numpy(np.array(layer.bias))
-        elif isinstance(layer, Dense):
-            m = torch.nn.Linear(layer.in_features, layer.out_features)
-            m.weight.data = torch.from_numpy(np.array(layer.weight))
-            m.bias.data = torch.from_numpy(np.array(layer.bias))
-        elif isinstance(layer, MaxPool2D):
-            m = torch.nn.MaxPool2d(layer.kernel_size, layer.stride, layer.padding)
-        elif isinstance(layer, AvgPool2D):
-            m = torch.nn.AvgPool2d(layer.kernel_size, layer.stride, layer.padding)
-        elif isinstance(layer, ReLU):
-            m = torch.nn.ReLU()
-        elif isinstance(layer, Tanh):
-            m = torch.nn.Tanh()
-        elif isinstance(layer, Dropout):
-            m = torch.nn.Dropout(layer.p)
-        elif isinstance(layer, Flatten):
-            m = torch.nn.Flatten()
-        else:
-            raise TypeError(f"no PyTorch twin for {layer!r}")
-        mods.append(m)
-    return torch.nn.Sequential(*mods)
-
-
 def compare(spec: str, shape: tuple[int, ...], batch: int, rounds: int, block: float) -> None:
     net = nc.build_network(spec, shape, 10, seed=0)
-    tnet = to_torch(net)
+    tnet = torch_twin(net)
     opt = nc.SGD(net, lr=0.01, momentum=0.9)
     topt = torch.optim.SGD(tnet.parameters(), lr=0.01, momentum=0.9)
     rng = np.random.default_rng(0)
@@ -98,7 +68,7 @@ def compare(spec: str, shape: tuple[int, ...], batch: int, rounds: int, block: f
         rates.append(r[0])
     strategies = [layer.strategy + ("+pool" if layer.fused_pool else "")
                   + ("+relu" if layer.fused_relu else "")
-                  for layer in net.layers if isinstance(layer, Conv2D)]
+                  for layer in net.layers if isinstance(layer, nc.Conv2D)]
     print(f"{statistics.median(rates):9.0f} img/s  {statistics.median(ratios):5.2f}x  {shape}  "
           f"{spec}  [{', '.join(strategies)}]", flush=True)
 

@@ -12,17 +12,15 @@ FASTMATH = set({"nsz", "arcp", "contract", "afn", "reassoc"})
 # Examples per chunk for race-free gradient reduction. Weight gradients are summed per chunk and
 # the chunks are then added in a fixed order, so results do not depend on the thread count. The
 # conv backward runs one chunk per thread at a time, so a batch of B keeps at most B / CHUNK
-# threads busy there: 8 rather than 16 lets a batch of 128 use 16 cores, and ran as fast on 2
-# (mnistcnn and lenet5, batches 32-128: 0.98-1.01x, same-process A/B).
+# threads busy there (measurements: docs/performance.md).
 CHUNK = 8
 
 _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 
 
-# LLVM optimisation level of the kernels (numba's default is 3). At 2 the training path of
-# mnistcnn compiled from an empty cache in 18 s instead of 28 s, and trained as fast (same-process
-# A/B on 2 cores: mnistcnn 0.95-1.00x, lenet5 1.02-1.08x, within noise). Only the kernels' own
-# compilations see it: numba's level is restored for everything else.
+# LLVM optimisation level of the kernels (numba's default is 3): about a third less compile time at
+# the same training speed (docs/performance.md). Only the kernels' own compilations see it: numba's
+# level is restored for everything else.
 KERNEL_OPT = 2
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-NETS = {"lenet5": "lenet5", "mnistcnn": "mnistcnn"}
+NETS = ("lenet5", "mnistcnn")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
 N_CLASSES = 10
 
@@ -84,7 +84,8 @@ class _Ours:
     def __init__(self, net_name: str, batch: int, device: str = "cpu") -> None:
         import numbacnn as nc
 
-        self.net = nc.build_network(NETS[net_name], SHAPE, N_CLASSES, seed=0).to(device)
+        self.net = nc.build_network(net_name, SHAPE, N_CLASSES, seed=0).to(device)
+        self.net.backend.start_precompile(self.net, SHAPE)  # as Trainer.fit does
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
@@ -101,26 +102,46 @@ class _Ours:
         self.net.forward(self.x, training=False)
 
 
+def torch_twin(net):
+    """A ``torch.nn.Sequential`` computing what the numbacnn ``net`` computes, with its weights."""
+    import torch
+
+    from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+
+    nn = torch.nn
+    simple = {ReLU: nn.ReLU, Tanh: nn.Tanh, Flatten: nn.Flatten}
+    mods = []
+    for layer in net.layers:
+        if isinstance(layer, Conv2D):
+            mods.append(nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
+                                  layer.padding))
+        elif isinstance(layer, Dense):
+            mods.append(nn.Linear(layer.in_features, layer.out_features))
+        elif isinstance(layer, (MaxPool2D, AvgPool2D)):
+            pool = nn.MaxPool2d if isinstance(layer, MaxPool2D) else nn.AvgPool2d
+            mods.append(pool(layer.kernel_size, layer.stride, layer.padding))
+        elif isinstance(layer, Dropout):
+            mods.append(nn.Dropout(layer.p))
+        elif type(layer) in simple:
+            mods.append(simple[type(layer)]())
+        else:
+            raise TypeError(f"no PyTorch twin for {layer!r}")
+    twin = nn.Sequential(*mods)
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})
+    return twin
+
+
 class _Torch:
-    def __init__(self, net_name: str, batch: int, state: dict[str, np.ndarray],
-                 device: str = "cpu") -> None:
+    def __init__(self, net, batch: int, device: str = "cpu") -> None:
         import torch
 
         self.torch = torch
-        nn = torch.nn
-        if net_name == "lenet5":
-            layers = [nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120), nn.ReLU(), nn.Linear(120, 10)]
-        else:
-            layers = [nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
-                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10)]
-        self.net = nn.Sequential(*layers)
-        self.net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        self.net = torch_twin(net)
         self.net.to(device)
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
         # like numbacnn, the batch starts on the host and is copied to the device every step
-        self.x = torch.from_numpy(rng.random((batch,) + SHAPE, dtype=np.float32))
+        self.x = torch.from_numpy(rng.random((batch,) + tuple(net.input_shape or SHAPE), dtype=np.float32))
         self.y = torch.from_numpy(rng.integers(0, N_CLASSES, batch))
         self.device = device
 
@@ -163,7 +184,7 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     On "cuda" every step returns host logits (numbacnn) or synchronises (PyTorch), so the blocks
     time finished GPU work."""
     ours = _Ours(net_name, batch, device)
-    theirs = _Torch(net_name, batch, ours.net.state_dict(), device) if use_torch else None
+    theirs = _Torch(ours.net, batch, device) if use_torch else None
     _set_threads(threads, theirs.torch if theirs else None)
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
@@ -231,7 +252,7 @@ else:
     import numbacnn as nc, torch
     from numbacnn.bench import _Torch, _Ours
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    m = _Torch(net_name, batch, nc.build_network(net_name, (1, 28, 28), 10, seed=0).state_dict())
+    m = _Torch(nc.build_network(net_name, (1, 28, 28), 10, seed=0), batch)
 t1 = time.perf_counter()
 m.train_step()
 t2 = time.perf_counter()

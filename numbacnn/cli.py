@@ -274,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     except ArchitectureError as e:
         print(f"train.py: error: --arch: {e}", file=sys.stderr)
         return 2
-    except (DataError, CheckpointError, DeviceError) as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return 1
-    except DivergenceError as e:
+    except (DataError, CheckpointError, DeviceError, DivergenceError) as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, compiling)

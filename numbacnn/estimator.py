@@ -16,7 +16,7 @@ from .arch import DEFAULT_ARCH, build_network
 from .data import stratified_split
 from .device import check_device
 from .optimizers import make_optimizer
-from .training import Trainer, evaluate
+from .training import Callback, Trainer
 
 
 @contextmanager
@@ -39,8 +39,9 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
     Parameters
     ----------
-    architecture : str, default "small"
-        Preset name or layer spec ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
+    architecture : str, default "auto"
+        Preset name ("auto": "compact" up to 16x16 inputs, "small" above) or layer spec
+        ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
         dense(n_classes) is appended. Fitted to inputs too small for it (e.g. 1 x n_features).
     input_shape : tuple (C, H, W) or None
         How to reshape 2-D X. None: one square channel when n_features is a perfect square,
@@ -209,32 +210,8 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                                                   int(rng.integers(2**31)))
             self.validation_scores_: list[float] = []
             self.best_validation_score_ = -np.inf
-        best_loss, best_params, stall = np.inf, None, 0
-        for _ in range(self.max_epochs):
-            stats = self._one_epoch(x, y)
-            if x_val is not None and y_val is not None:
-                score = evaluate(self.net_, x_val, y_val)[1]
-                self.validation_scores_.append(score)
-                if score > self.best_validation_score_ + self.tol:
-                    self.best_validation_score_, best_params, stall = score, self.net_.params.copy(), 0
-                else:
-                    stall += 1
-            else:
-                if stats["train_loss"] < best_loss - self.tol:
-                    stall = 0
-                else:
-                    stall += 1
-                best_loss = min(best_loss, stats["train_loss"])
-            if stall >= self.n_iter_no_change:
-                break
-        if self.early_stopping and best_params is not None:
-            self.net_.params[:] = best_params
-
-    def _one_epoch(self, x, y) -> dict[str, Any]:
-        stats = self._trainer.train_epoch(x, y)
-        self.loss_curve_.append(float(stats["train_loss"]))
-        self.n_iter_ += 1
-        return stats
+        self._trainer.fit(x, y, self._trainer.epoch + self.max_epochs, x_val=x_val, y_val=y_val,
+                          callbacks=[_Stopping(self)])
 
     def partial_fit(self, X, y, classes=None) -> CNNClassifier:
         """One epoch over (X, y); ``classes`` (all labels) is required on the first call."""
@@ -256,7 +233,8 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {np.unique(classes)} differ from the first call's {self.classes_}")
         with _threads(self.n_threads):
-            self._one_epoch(self._images(X, self.input_shape_), self._encode(y))
+            self._trainer.fit(self._images(X, self.input_shape_), self._encode(y),
+                              self._trainer.epoch + 1, callbacks=[_Stopping(self, stop=False)])
         return self
 
     # --- prediction ---------------------------------------------------------------------------
@@ -283,6 +261,38 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         tags.input_tags.allow_nan = False
         tags.non_deterministic = self.random_state is None
         return tags
+
+
+class _Stopping(Callback):
+    """The estimator's hook into Trainer.fit: records ``loss_curve_`` / ``n_iter_`` and, when
+    ``stop``, stops after ``n_iter_no_change`` epochs without an improvement of ``tol`` (in
+    validation accuracy with early stopping, whose best weights are then kept, else in training
+    loss)."""
+
+    def __init__(self, est: CNNClassifier, stop: bool = True) -> None:
+        self.est, self.stop = est, stop
+        self.best_loss, self.best_params, self.stall = np.inf, None, 0
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
+        est = self.est
+        est.loss_curve_.append(float(stats["train_loss"]))
+        est.n_iter_ += 1
+        if "val_accuracy" in stats:
+            score = stats["val_accuracy"]
+            est.validation_scores_.append(score)
+            if score > est.best_validation_score_ + est.tol:
+                est.best_validation_score_, self.best_params, self.stall = score, trainer.net.params.copy(), 0
+            else:
+                self.stall += 1
+        else:
+            self.stall = 0 if stats["train_loss"] < self.best_loss - est.tol else self.stall + 1
+            self.best_loss = min(self.best_loss, stats["train_loss"])
+        if self.stop and self.stall >= est.n_iter_no_change:
+            trainer.stop_training = True
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        if self.best_params is not None:
+            trainer.net.params[:] = self.best_params
 
 
 __all__ = ["CNNClassifier"]

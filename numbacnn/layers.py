@@ -11,16 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _config
-from .kernels import cpu as K
-from .kernels import kernels_for
+from .backend import Backend, ConvGeometry, ConvPlan, Workspace, get_backend
 
 Shape = tuple[int, ...]
-
-# Convolutions (any stride) run on position-major columns from POSITIONS_MIN_CKK = C_in*KH*KW and
-# POSITIONS_MIN_CHANNELS input channels on (see Conv2D.strategy).
-POSITIONS_MIN_CKK = 100
-POSITIONS_MIN_CHANNELS = 3
 
 
 def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
@@ -34,14 +27,6 @@ def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
     return int(a), int(b)
 
 
-def _to_device(a):
-    """A float32 device array for a or a host array (copied once)."""
-    from numba import cuda
-    if isinstance(a, np.ndarray):
-        return cuda.to_device(np.ascontiguousarray(a, dtype=np.float32))
-    return a
-
-
 def _compact(pair: tuple[int, int]) -> int | tuple[int, int]:
     return pair[0] if pair[0] == pair[1] else pair
 
@@ -53,15 +38,28 @@ def _positive_int(v: Any, what: str, layer: str) -> int:
 
 
 class Layer:
-    """Base class. Subclasses implement ``output_shape``, ``forward`` and ``backward``."""
+    """Base class. Subclasses implement ``output_shape``, ``forward`` and ``backward``; they compute
+    through ``self.backend`` (set with ``device``, by ``Sequential.to``) and keep their buffers in
+    the backend's workspace ``self._buffers``."""
 
     param_names: tuple[str, ...] = ()
     name: str = ""  # set by Sequential to "layer i (Repr)"
-    device: str = "cpu"  # set by Sequential.to(); "cuda" runs kernels.cuda on device arrays
 
     def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray] = {}
+        self.backend: Backend = get_backend("cpu")
+        self._buffers: Workspace = self.backend.workspace()
         self._in_shape: Shape | None = None
+
+    @property
+    def device(self) -> str:
+        return self.backend.name
+
+    @device.setter
+    def device(self, device: str) -> None:
+        """Run on "cpu" or "cuda" from now on (buffers are dropped; parameters are bound by the caller)."""
+        self.backend = get_backend(device)
+        self._buffers = self.backend.workspace()
+        self.__dict__.pop("_plan", None)
 
     # --- parameters ---------------------------------------------------------------------------
     def param_shapes(self) -> dict[str, Shape]:
@@ -98,9 +96,7 @@ class Layer:
         return self._in_shape
 
     def _check_input(self, x: np.ndarray) -> Shape:
-        if self.device == "cuda" and not isinstance(x, np.ndarray) and hasattr(x, "copy_to_host"):
-            pass  # a device array
-        elif not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        if not (isinstance(x, np.ndarray) or self.backend.is_array(x)) or x.dtype != np.float32:
             raise ValueError(f"{self._label()}: expected a float32 ndarray, got "
                              f"{type(x).__name__} of dtype {getattr(x, 'dtype', None)}")
         if x.shape[0] < 1:
@@ -115,28 +111,12 @@ class Layer:
         if getattr(dy, "shape", None) != expected:
             raise ValueError(f"{self._label()}: expected an output gradient of shape {expected}, "
                              f"got {getattr(dy, 'shape', type(dy).__name__)}")
-        if self.device == "cuda":
-            return _to_device(dy)
-        if not isinstance(dy, np.ndarray):
+        if not (isinstance(dy, np.ndarray) or self.backend.is_array(dy)):
             raise ValueError(f"{self._label()}: expected a numpy array, got {type(dy).__name__}")
-        return np.ascontiguousarray(dy, dtype=np.float32)
+        return self.backend.asarray(dy)
 
-    def _buf(self, key: str, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
-        b = self._buffers.get(key)
-        if b is None or b.shape != tuple(shape) or b.dtype != dtype:
-            if self.device == "cuda":
-                from numba import cuda
-                b = cuda.device_array(shape, dtype)
-            else:
-                # integer buffers (argmax caches) start at 0, so that even a backward that
-                # somehow read one before its forward wrote it would stay in bounds
-                b = np.zeros(shape, dtype) if np.dtype(dtype).kind in "iu" else np.empty(shape, dtype)
-            self._buffers[key] = b
-        return b
-
-    @property
-    def _K(self):
-        return kernels_for(self.device)
+    def _buf(self, key: str, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self._buffers.buf(key, shape, dtype)
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         raise NotImplementedError
@@ -147,8 +127,9 @@ class Layer:
     def __getstate__(self) -> dict[str, Any]:
         # pickles carry parameters and settings, not scratch buffers or forward caches
         state = self.__dict__.copy()
-        state["_buffers"] = {}
+        state["_buffers"] = self.backend.workspace()
         state.pop("_x", None)
+        state.pop("_plan", None)
         return state
 
     def get_config(self) -> dict[str, Any]:
@@ -166,7 +147,8 @@ def _kaiming_uniform(rng: np.random.Generator, arr: np.ndarray, fan_in: int) -> 
     arr[...] = rng.uniform(-bound, bound, size=arr.shape).astype(np.float32)
 
 
-def _conv_out(size: int, k: int, s: int, p: int) -> int:
+def conv_out(size: int, k: int, s: int, p: int) -> int:
+    """Output positions along one axis: input ``size``, kernel ``k``, stride ``s``, padding ``p``."""
     return (size + 2 * p - k) // s + 1
 
 
@@ -207,7 +189,7 @@ class Conv2D(Layer):
         self._padding_arg = padding
         # set by Sequential when a ReLU follows: the ReLU is applied inside this layer's kernels
         self.fused_relu = False
-        # set by Sequential (CPU, "wide" strategy) when ReLU and a non-overlapping unpadded
+        # set by Sequential (when the plan fuses_pool) when ReLU and a non-overlapping unpadded
         # MaxPool2D follow: (pool_h, pool_w); forward then returns the pooled output and the
         # backward takes the pooled gradient, while those two layers pass values through
         self.fused_pool: tuple[int, int] | None = None
@@ -230,159 +212,38 @@ class Conv2D(Layer):
         if h + 2 * ph < kh or w + 2 * pw < kw:
             raise ValueError(f"{self._label()}: input {h}x{w} with padding {self.padding} is smaller "
                              f"than the kernel {kh}x{kw}")
-        return (self.out_channels, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
+        return (self.out_channels, conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw))
 
-    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
-        out_shape = self._check_input(x)
-        if self.device == "cuda":
-            y = self._buf("y", out_shape)
-            self._x = x  # the GPU backward reads the input directly (no im2col cache)
-            self._K.conv2d_forward(y, x, self.weight, self.bias, *self.stride, *self.padding,
-                                   self.fused_relu)
-            return y
-        x = np.ascontiguousarray(x)
-        n, _, oh, ow = out_shape
-        kh, kw = self.kernel_size
-        self._x = x
-        if self.strategy in ("wide", "positions"):
-            ph, pw = self.padding
-            slots = _config.max_threads()
-            hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
-            pk = self.fused_pool or (0, 0)
-            if self.fused_pool:
-                if oh < pk[0] or ow < pk[1]:
-                    raise ValueError(f"{self._label()}: output {oh}x{ow} is smaller than the "
-                                     f"following max pool's window {pk[0]}x{pk[1]}")
-                y = self._buf("y", (n, self.out_channels, oh // pk[0], ow // pk[1]))
-                argmax = self._buf("pool_argmax", y.shape, np.int32)
-            else:
-                y = self._buf("y", out_shape)
-                # unused placeholder; one entry per example keeps the kernels' argmax[n] in bounds
-                argmax = self._buf("pool_argmax", (n, 1, 1, 1), np.int32)
-            ckk = self.in_channels * kh * kw
-            if self.strategy == "positions":
-                wt = self._buf("wt", (kh, kw, self.in_channels, self.out_channels))
-                wt[...] = self.weight.transpose(2, 3, 1, 0)
-                K.conv2d_forward_positions(
-                    y, argmax, self._buf("yw", (slots, oh * ow, self.out_channels)),
-                    self._buf("cols", (slots, oh * ow, ckk)),
-                    self._buf("xt", (slots, hp * wp, self.in_channels)), x,
-                    wt.reshape(ckk, self.out_channels), self.bias, *self.stride, ph, pw, kh, kw,
-                    self.fused_relu, *pk)
-            else:
-                wide = (oh - 1) * wp + ow
-                xpad = self._buf("xpad", (slots, self.in_channels, hp, wp) if ph > 0 or pw > 0
-                                 else (slots, 1, 1, 1))
-                K.conv2d_forward_wide(y, argmax, self._buf("yw", (slots, self.out_channels, wide)),
-                                      self._buf("cols", (slots, ckk, wide)), xpad, x, self.weight,
-                                      self.bias, ph, pw, self.fused_relu, *pk)
-            return y
-        y = self._buf("y", out_shape)
-        cols = self._buf("cols", (n, self.in_channels * kh * kw, oh * ow))
-        K.conv2d_forward(y, cols, x, self.weight, self.bias, *self.stride, *self.padding,
-                         self.fused_relu)
-        return y
+    @property
+    def geometry(self) -> ConvGeometry:
+        return ConvGeometry(self.in_channels, self.out_channels, self.kernel_size, self.stride,
+                            self.padding)
+
+    @property
+    def plan(self) -> ConvPlan:
+        """How this convolution runs on its backend, chosen by ``backend.conv_plan``: on the CPU
+        "wide", "positions" or "gemm" (kernels/cpu/plan_*.py), on CUDA "direct"."""
+        if "_plan" not in self.__dict__:
+            self._plan = self.backend.conv_plan(self.geometry)
+        return self._plan
 
     @property
     def strategy(self) -> str:
-        """How the CPU kernels run; the one place where it is chosen.
+        return self.plan.name
 
-        - "positions" (any stride, ckk = C_in*KH*KW >= POSITIONS_MIN_CKK and C_in >=
-          POSITIONS_MIN_CHANNELS): position-major columns, one row per output position, copied
-          in runs of KW*C_in floats; GEMMs (L x ckk) @ (ckk x Co) forward and over ``_group()``
-          examples backward (kernels/cpu/conv2d_positions.py).
-        - "wide" (other stride-1 layers): im2col by whole-row copies over the padded input width,
-          a GEMM W @ cols per example forward and over ``_group()`` examples side by side
-          backward (kernels/cpu/conv2d_wide.py).
-        - "gemm" (other strided layers): im2col with a gather and one GEMM per example, the
-          columns cached for the backward (kernels/cpu/conv2d.py).
-
-        The crossover, measured on 2 cores (forward + backward of conv, ReLU and 2x2 pool, batch
-        64, noisy): positions took 0.73-0.92x the time for 5x5 and 7x7 kernels from ckk = 100 on
-        (LeNet's 6 -> 16 on 12x12: 0.85x; on 28x28 0.96x and 1.07x in two runs), 0.96x and 0.86x
-        for 3x3 with 12 and 16 channels (32 -> 64: about 0.7x), 1.0-1.2x for 3x3 with 8-10
-        channels, and 1.3-2x for narrow layers (3x3 with 1-6 channels). Strided (stride 2,
-        forward + backward with a fused ReLU, batch 64), positions took 0.44-0.97x the time of
-        "gemm": 0.83x for 32 -> 64 3x3 on 13x13, 0.97x for 16 -> 32 on 28x28, 0.44x for 8 -> 16
-        5x5.
-        """
-        ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        if ckk >= POSITIONS_MIN_CKK and self.in_channels >= POSITIONS_MIN_CHANNELS:
-            return "positions"
-        return "wide" if self.stride == (1, 1) else "gemm"
-
-    def _group(self, rows: int) -> int:
-        """Examples per GEMM in the backward of the "wide" and "positions" strategies, for
-        ``rows`` GEMM rows (positions) per example. Grouping lengthens the weight-gradient GEMM's
-        inner dimension, which pays off for wide layers (32 -> 64 channels, 3x3, positions on
-        11x11: 1 example per GEMM was 2-22 % slower than 8, 4 as fast as 8, 16 3-4 % slower) and
-        costs as much for narrow ones (LeNet's 6 -> 16, 5x5, in the wide strategy: 10-20 %
-        slower with 8). Past about 1,200 rows the group's columns outgrow the core's cache:
-        32 -> 32 on 24x24 (576 rows) took 12.3/11.9/13.1/17.3 ms with 1/2/4/8 examples per
-        GEMM, 64 -> 64 on 14x14 (196 rows) 12.4/12.1/12.2/13.4 ms (batch 64, 2 cores)."""
-        ckk = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        if self.out_channels < 32 or ckk < 64:
-            return 1
-        return max(1, min(8, 1200 // max(rows, 1)))
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        pool = self.fused_pool
+        if pool and (out_shape[2] < pool[0] or out_shape[3] < pool[1]):
+            raise ValueError(f"{self._label()}: output {out_shape[2]}x{out_shape[3]} is smaller than "
+                             f"the following max pool's window {pool[0]}x{pool[1]}")
+        return self.plan.forward(self._buffers, self.backend.asarray(x), self.weight, self.bias,
+                                 self.fused_relu, pool)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
-        n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
-        if self.device == "cuda":
-            dx = self._buf("dx", self._input()) if need_dx else None
-            self._K.conv2d_backward(dx, self.dweight, self.dbias, self._buf("g", dy.shape), dy,
-                                    self._x, self.weight, self._buffers["y"], *self.stride,
-                                    *self.padding, need_dx, self.fused_relu)
-            return dx
-        kh, kw = self.kernel_size
-        ci, co = self.in_channels, self.out_channels
-        ckk = ci * kh * kw
-        chunks = -(-n // _config.CHUNK)
-        oh, ow = self.output_shape(self._in_shape[1:])[1:] if self._in_shape else (0, 0)
-        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1, 1, 1))
-        dw_parts = self._buf("dw_parts", (chunks, co, ckk))
-        db_parts = self._buf("db_parts", (chunks, co))
-        strategy = self.strategy
-        if strategy in ("wide", "positions"):
-            slots = _config.max_threads()
-            ph, pw = self.padding
-            h, w = self._x.shape[2], self._x.shape[3]
-            hp, wp = h + 2 * ph, w + 2 * pw
-            group = self._group(oh * ow if strategy == "positions" else (oh - 1) * wp + ow)
-            y, argmax, pooled = self._buffers["y"], self._buffers["pool_argmax"], self.fused_pool is not None
-            gmask = self._buf("gmask", (slots, y[0].size if pooled else 1))
-        if strategy == "positions":
-            gl = group * oh * ow
-            wk = self._buf("wk", (co, kh, kw, ci))
-            wk[...] = self.weight.transpose(0, 2, 3, 1)
-            K.conv2d_backward_positions(
-                dx, dw_parts, db_parts, self._buf("gw", (slots, co, gl)),
-                self._buf("bcols", (slots, gl, ckk)),
-                self._buf("dcols", (slots, gl, ckk) if need_dx else (slots, 1, 1)),
-                self._buf("xt", (slots, hp * wp, ci)), gmask, dy, self._x, wk, y, argmax, *self.stride,
-                ph, pw, kh, kw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
-            dwk = self._buf("dwk", (co, kh, kw, ci))
-            K.sum_chunks(dwk.reshape(-1), dw_parts.reshape(chunks, -1))
-            self.dweight[...] = dwk.transpose(0, 3, 1, 2)
-        else:
-            if strategy == "wide":
-                wide = (oh - 1) * wp + ow
-                K.conv2d_backward_wide(
-                    dx, dw_parts, db_parts, self._buf("gw", (slots, co, group * wide)),
-                    self._buf("bcols", (slots, ckk, group * wide)),
-                    self._buf("dcols", (slots, ckk, group * wide) if need_dx else (slots, 1, 1)),
-                    self._buf("dpad", (slots, ci, hp, wp) if ph > 0 or pw > 0 else (slots, 1, 1, 1)),
-                    gmask, dy, self._x, self.weight, y, argmax,
-                    ph, pw, _config.CHUNK, group, need_dx, self.fused_relu, pooled)
-            else:
-                g_tmp = self._buf("g_tmp", (chunks, co, oh * ow) if self.fused_relu else (chunks, 1, 1))
-                dcols = self._buf("dcols", (chunks, ckk, oh * ow) if need_dx else (chunks, 1, 1))
-                K.conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dy, self._buffers["cols"],
-                                  self.weight, self._buffers["y"], *self.stride, *self.padding,
-                                  _config.CHUNK, need_dx, self.fused_relu)
-            K.sum_chunks(self.dweight.reshape(-1), dw_parts.reshape(chunks, -1))
-        K.sum_chunks(self.dbias, db_parts)
-        return dx if need_dx else None
+        return self.plan.backward(self._buffers, dy, self.weight, self.dweight, self.dbias, need_dx,
+                                  self.fused_relu, self.fused_pool)
 
     def get_config(self) -> dict[str, Any]:
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
@@ -401,8 +262,6 @@ class Conv2D(Layer):
 
 
 class _Pool2D(Layer):
-    kind = "Pool"
-
     def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
                  padding: int | tuple[int, int] = 0) -> None:
         super().__init__()
@@ -422,7 +281,7 @@ class _Pool2D(Layer):
         c, h, w = in_shape
         if h + 2 * ph < kh or w + 2 * pw < kw:
             raise ValueError(f"{self._label()}: input {h}x{w} is smaller than the window {kh}x{kw}")
-        return (c, _conv_out(h, kh, sh, ph), _conv_out(w, kw, sw, pw))
+        return (c, conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw))
 
     def get_config(self) -> dict[str, Any]:
         return {"kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
@@ -454,14 +313,8 @@ class MaxPool2D(_Pool2D):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
-        if self.device == "cuda":
-            self._K.maxpool2d_forward(y, argmax, x, *self.kernel_size, *self.stride, *self.padding)
-        elif self.padding == (0, 0):
-            K.maxpool2d_forward_nopad(y, argmax, np.ascontiguousarray(x), *self.kernel_size,
-                                      *self.stride)
-        else:
-            K.maxpool2d_forward(y, argmax, np.ascontiguousarray(x), *self.kernel_size, *self.stride,
-                                *self.padding)
+        self.backend.maxpool2d_forward(y, argmax, self.backend.asarray(x), self.kernel_size,
+                                       self.stride, self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -472,11 +325,8 @@ class MaxPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._input())
-        if self.device == "cuda":
-            self._K.maxpool2d_backward(dx, dy, self._buffers["argmax"], *self.kernel_size,
-                                       *self.stride, *self.padding)
-        else:
-            K.maxpool2d_backward(dx, dy, self._buffers["argmax"])
+        self.backend.maxpool2d_backward(dx, dy, self._buffers["argmax"], self.kernel_size, self.stride,
+                                        self.padding)
         return dx
 
 
@@ -486,9 +336,8 @@ class AvgPool2D(_Pool2D):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        if self.device != "cuda":
-            x = np.ascontiguousarray(x)
-        self._K.avgpool2d_forward(y, x, *self.kernel_size, *self.stride, *self.padding)
+        self.backend.avgpool2d_forward(y, self.backend.asarray(x), self.kernel_size, self.stride,
+                                       self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -496,7 +345,7 @@ class AvgPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._input())
-        self._K.avgpool2d_backward(dx, dy, *self.kernel_size, *self.stride, *self.padding)
+        self.backend.avgpool2d_backward(dx, dy, self.kernel_size, self.stride, self.padding)
         return dx
 
 
@@ -531,24 +380,16 @@ class Dense(Layer):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        if self.device == "cuda":
-            self._x = x
-            self._K.dense_forward(y, x, self.weight, self.bias)
-            return y
-        self._x = np.ascontiguousarray(x)
-        K.dense_forward(y, self._x, self.weight, self.bias)
+        self._x = self.backend.asarray(x)
+        self.backend.dense_forward(y, self._x, self.weight, self.bias)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n, self.out_features))
-        if self.device == "cuda":
-            dx = self._buf("dx", self._input()) if need_dx else None
-            self._K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
-            return dx
-        dx = self._buf("dx", self._input()) if need_dx else self._buf("dx0", (n, 1))
-        K.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight, need_dx)
-        return dx if need_dx else None
+        dx = self._buf("dx", self._input()) if need_dx else None
+        self.backend.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight)
+        return dx
 
     def get_config(self) -> dict[str, Any]:
         return {"in_features": self.in_features, "out_features": self.out_features}
@@ -561,9 +402,7 @@ class _Elementwise(Layer):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        if self.device != "cuda":
-            x = np.ascontiguousarray(x)
-        self._apply(y.reshape(-1), x.reshape(-1), training)
+        self._apply(y.reshape(-1), self.backend.asarray(x).reshape(-1), training)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -602,20 +441,20 @@ class ReLU(_Elementwise):
         return super().backward(dy, need_dx)
 
     def _apply(self, y, x, training):
-        self._K.relu_forward(y, x)
+        self.backend.relu_forward(y, x)
 
     def _apply_backward(self, dx, dy):
-        self._K.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self.backend.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
 
 
 class Tanh(_Elementwise):
     """Hyperbolic tangent."""
 
     def _apply(self, y, x, training):
-        self._K.tanh_forward(y, x)
+        self.backend.tanh_forward(y, x)
 
     def _apply_backward(self, dx, dy):
-        self._K.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self.backend.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
 
 
 class Dropout(_Elementwise):
@@ -641,13 +480,12 @@ class Dropout(_Elementwise):
             np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
         else:
             mask[:] = 1.0
-        if self.device == "cuda":
-            mask = _to_device(mask)
+        mask = self.backend.asarray(mask)
         self._buffers["mask"] = mask
-        self._K.dropout_forward(y, x, mask)
+        self.backend.dropout_forward(y, x, mask)
 
     def _apply_backward(self, dx, dy):
-        self._K.dropout_backward(dx, dy, self._buffers["mask"])
+        self.backend.dropout_backward(dx, dy, self._buffers["mask"])
 
     def get_config(self) -> dict[str, Any]:
         return {"p": self.p}
@@ -664,9 +502,7 @@ class Flatten(Layer):
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
-        if self.device == "cuda":
-            return x.reshape(out_shape)
-        return np.ascontiguousarray(x).reshape(out_shape)
+        return self.backend.asarray(x).reshape(out_shape)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _warmup
+from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Conv2D, Layer, MaxPool2D, ReLU, Shape
 
@@ -49,9 +49,13 @@ class Sequential:
         self._can_backward = False
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
-        self.device = "cpu"
+        self.backend: Backend = get_backend("cpu")
         if device != "cpu":
             self.to(device)
+
+    @property
+    def device(self) -> str:
+        return self.backend.name
 
     def to(self, device: str) -> Sequential:
         """Move parameters, gradients and all layer work to "cpu" or "cuda" (in place)."""
@@ -60,27 +64,22 @@ class Sequential:
         check_device(device)
         if device == self.device:
             return self
-        if device == "cuda":
-            from numba import cuda
-            self.params = cuda.to_device(self.params)
-            self.grads = cuda.to_device(self.grads)
-        else:
-            self.params = self.params.copy_to_host()
-            self.grads = self.grads.copy_to_host()
-        self.device = device
+        new = get_backend(device)
+        self.params = new.asarray(self.backend.to_host(self.params))
+        self.grads = new.asarray(self.backend.to_host(self.grads))
+        self.backend = new
         for layer in self.layers:
             layer.device = device
-            layer._buffers = {}
         self._fuse()
         self._bind_views()
         self._can_backward = False
         return self
 
     def _fuse(self) -> None:
-        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through), and on the
-        CPU also a following non-overlapping, unpadded MaxPool2D (pooled in the GEMM epilogue: the
-        full-size activation is never written, read back or backpropagated through)."""
-        cpu = getattr(self, "device", "cpu") == "cpu"
+        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through), and, where
+        its plan can (``fuses_pool``), also a following non-overlapping, unpadded MaxPool2D (pooled
+        in the GEMM epilogue: the full-size activation is never written, read back or
+        backpropagated through)."""
         for layer in self.layers:
             if isinstance(layer, Conv2D):
                 layer.fused_relu, layer.fused_pool = False, None
@@ -93,7 +92,7 @@ class Sequential:
             layer.fused_relu = True
             relu.fused = True
             pool = self.layers[i + 2] if i + 2 < len(self.layers) else None
-            if (cpu and layer.strategy in ("wide", "positions") and isinstance(pool, MaxPool2D)
+            if (layer.plan.fuses_pool and isinstance(pool, MaxPool2D)
                     and pool.padding == (0, 0) and pool.stride == pool.kernel_size):
                 layer.fused_pool = pool.kernel_size
                 pool.fused = True
@@ -132,9 +131,6 @@ class Sequential:
             shape = layer.output_shape(shape)
         return shape
 
-    def _to_host(self, a):
-        return a if isinstance(a, np.ndarray) else a.copy_to_host()
-
     def _check_x(self, x: np.ndarray) -> np.ndarray:
         if not isinstance(x, np.ndarray):
             raise ValueError(f"input must be a numpy array, got {type(x).__name__}")
@@ -152,27 +148,20 @@ class Sequential:
         ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory.
         """
         x = self._check_x(x)
-        if self.device == "cuda":
-            from .layers import _to_device
-        else:
-            def _to_device(a):
-                return a
+        to_host = self.backend.to_host
         if training:
-            if self.device == "cpu" and not getattr(self, "_warmup_checked", False):
-                self._warmup_checked = True  # once per network: a cold cache compiles the
-                _warmup.start_backward_precompile(self, x.shape[1:])  # backward meanwhile
-            h = _to_device(x)  # the batch is copied to the device once
+            h = self.backend.asarray(x)  # the batch is copied to the device once
             for layer in self.layers:
                 h = layer.forward(h, training=True)
             self._can_backward = True
-            return self._to_host(h).copy()
+            return to_host(h).copy()
         self._can_backward = False
         parts = []
         for lo in range(0, x.shape[0], EVAL_BATCH):
-            h = _to_device(x[lo:lo + EVAL_BATCH])
+            h = self.backend.asarray(x[lo:lo + EVAL_BATCH])
             for layer in self.layers:
                 h = layer.forward(h, training=False)
-            parts.append(self._to_host(h).copy())
+            parts.append(to_host(h).copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     __call__ = forward
@@ -186,10 +175,8 @@ class Sequential:
             raise RuntimeError("backward needs a preceding forward(x, training=True)")
         g: Any = dout
         for i in range(len(self.layers) - 1, -1, -1):
-            if isinstance(self.layers[i], Conv2D):
-                _warmup.wait_pending()  # no-op unless a child is compiling the conv backward
             g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
-        return None if g is None else self._to_host(g).copy()
+        return None if g is None else self.backend.to_host(g).copy()
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Softmax of the logits, (N, n_classes)."""
@@ -208,11 +195,11 @@ class Sequential:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameters, named and shaped as in ``torch.nn.Sequential``."""
-        return {k: np.array(self._to_host(v)) for k, v in self._views(self.params).items()}
+        return {k: np.array(self.backend.to_host(v)) for k, v in self._views(self.params).items()}
 
     def grad_dict(self) -> dict[str, np.ndarray]:
         """Copies of the last backward's parameter gradients, same names as ``state_dict``."""
-        return {k: np.array(self._to_host(v)) for k, v in self._views(self.grads).items()}
+        return {k: np.array(self.backend.to_host(v)) for k, v in self._views(self.grads).items()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Copy parameters in; every key must be present with the right shape (nothing is changed
@@ -233,10 +220,7 @@ class Sequential:
                 raise ValueError(f"state dict entry {key!r} has dtype {a.dtype}, expected float32")
             arrays[key] = a
         for key, a in arrays.items():
-            if self.device == "cuda":
-                views[key].copy_to_device(np.ascontiguousarray(a, dtype=np.float32))
-            else:
-                views[key][...] = a
+            self.backend.write(views[key], a)
 
     def __repr__(self) -> str:
         inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import kernels_for
 from .network import Sequential
 
 
@@ -37,18 +36,9 @@ class Optimizer:
         self.lr = _check_hparam("lr", lr, 0.0, low_open=True)
         self.step_count = 0
         self.device = net.device
-        self.state = {k: self._zeros() for k in self.state_names}
-
-    @property
-    def _K(self):
-        return kernels_for(self.device)
-
-    def _zeros(self):
-        zeros = np.zeros(self.net.params.shape, np.float32)
-        if self.device == "cuda":
-            from numba import cuda
-            return cuda.to_device(zeros)
-        return zeros
+        self.backend = net.backend
+        self.state = {k: self.backend.asarray(np.zeros(net.n_params, np.float32))
+                      for k in self.state_names}
 
     def step(self) -> None:
         """Apply one update from the gradients the last ``net.backward`` stored."""
@@ -67,8 +57,7 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         """Step count and copies of the state arrays (for checkpoints)."""
         return {"step": self.step_count,
-                **{k: v.copy() if isinstance(v, np.ndarray) else v.copy_to_host()
-                   for k, v in self.state.items()}}
+                **{k: np.array(self.backend.to_host(v)) for k, v in self.state.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         for k in self.state_names:
@@ -79,10 +68,7 @@ class Optimizer:
                 raise ValueError(f"{self.name} state {k!r} has shape {a.shape}, expected "
                                  f"{self.state[k].shape}")
         for k in self.state_names:
-            if self.device == "cuda":
-                self.state[k].copy_to_device(np.ascontiguousarray(d[k], dtype=np.float32))
-            else:
-                self.state[k][...] = d[k]
+            self.backend.write(self.state[k], np.asarray(d[k]))
         self.step_count = int(d["step"])
 
     def __repr__(self) -> str:
@@ -107,9 +93,9 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0")
 
     def _update(self) -> None:
-        self._K.sgd_update(self.net.params, self.net.grads, self.state["momentum_buffer"], self.lr,
-                     self.momentum, self.dampening, self.weight_decay, self.nesterov,
-                     self.step_count == 1)
+        self.backend.sgd_update(self.net.params, self.net.grads, self.state["momentum_buffer"], self.lr,
+                                self.momentum, self.dampening, self.weight_decay, self.nesterov,
+                                self.step_count == 1)
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "momentum": self.momentum, "nesterov": self.nesterov,
@@ -133,9 +119,9 @@ class RMSProp(Optimizer):
 
     def _update(self) -> None:
         s = self.state
-        self._K.rmsprop_update(self.net.params, self.net.grads, s["square_avg"], s["grad_avg"],
-                         s["momentum_buffer"], self.lr, self.alpha, self.eps, self.weight_decay,
-                         self.momentum, self.centered)
+        self.backend.rmsprop_update(self.net.params, self.net.grads, s["square_avg"], s["grad_avg"],
+                                    s["momentum_buffer"], self.lr, self.alpha, self.eps,
+                                    self.weight_decay, self.momentum, self.centered)
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "alpha": self.alpha, "eps": self.eps, "momentum": self.momentum,
@@ -159,9 +145,10 @@ class Adam(Optimizer):
         self.weight_decay = _check_hparam("weight_decay", weight_decay, 0.0)
 
     def _update(self) -> None:
-        self._K.adam_update(self.net.params, self.net.grads, self.state["exp_avg"], self.state["exp_avg_sq"],
-                      self.lr, self.betas[0], self.betas[1], self.eps, self.weight_decay,
-                      self.step_count)
+        s = self.state
+        self.backend.adam_update(self.net.params, self.net.grads, s["exp_avg"], s["exp_avg_sq"], self.lr,
+                                 self.betas[0], self.betas[1], self.eps, self.weight_decay,
+                                 self.step_count)
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}

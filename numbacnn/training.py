@@ -9,7 +9,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,6 +49,21 @@ def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: i
     m = np.zeros((n_classes, n_classes), np.int64)
     np.add.at(m, (y, pred), 1)
     return m
+
+
+class Callback:
+    """Hooks into ``Trainer.fit``; subclasses override what they need. ``on_epoch_end`` gets the
+    epoch's statistics (the entry about to go into ``history``: add keys freely) and may set
+    ``trainer.stop_training`` to end training after this epoch."""
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        pass
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
+        pass
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        """After the last epoch (not after an interruption or an error)."""
 
 
 @contextmanager
@@ -105,6 +120,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.epoch = 0  # completed epochs
         self.stop_signal: int | None = None
+        self.stop_training = False  # set by a callback: stop after the current epoch
+        self._precompile_checked = False
         # mid-epoch position (for resuming an interrupted epoch)
         self._epoch_rng_state: dict | None = None
         self._step = 0
@@ -132,6 +149,9 @@ class Trainer:
                     on_step: Callable[[], None] | None = None) -> dict[str, Any]:
         """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch."""
         n = len(x)
+        if not self._precompile_checked:  # a cold JIT cache may compile ahead while we start
+            self._precompile_checked = True
+            self.net.backend.start_precompile(self.net, x.shape[1:])
         if self._epoch_rng_state is None:
             self._epoch_rng_state = dict(self.rng.bit_generator.state)
             order = self.rng.permutation(n) if self.shuffle else np.arange(n)
@@ -190,17 +210,23 @@ class Trainer:
     def fit(self, x: np.ndarray, y: np.ndarray, epochs: int, x_test: np.ndarray | None = None,
             y_test: np.ndarray | None = None, x_val: np.ndarray | None = None,
             y_val: np.ndarray | None = None,
-            checkpoint: Callable[[Trainer], None] | None = None) -> list[dict[str, Any]]:
-        """Train until ``epochs`` epochs are complete (counting those already done when resumed).
+            checkpoint: Callable[[Trainer], None] | None = None,
+            callbacks: Iterable[Callback] = ()) -> list[dict[str, Any]]:
+        """Train until ``epochs`` epochs are complete (counting those already done when resumed),
+        or until a callback sets ``stop_training``.
 
         ``checkpoint(trainer)`` is called after every epoch and, on SIGINT/SIGTERM, after the last
         completed step before ``TrainingInterrupted`` is raised.
         """
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        callbacks = list(callbacks)
         self.stop_signal = None
+        self.stop_training = False
+        for cb in callbacks:
+            cb.on_train_begin(self)
         with _stop_on_signals(self):
-            while self.epoch < epochs:
+            while self.epoch < epochs and not self.stop_training:
                 if self.lr_schedule == "cosine":
                     self.optimizer.lr = self.base_lr * 0.5 * (1.0 + math.cos(math.pi * self.epoch / epochs))
                 try:
@@ -213,6 +239,8 @@ class Trainer:
                     stats["val_loss"], stats["val_accuracy"] = evaluate(self.net, x_val, y_val)
                 if x_test is not None and y_test is not None:
                     stats["test_loss"], stats["test_accuracy"] = evaluate(self.net, x_test, y_test)
+                for cb in callbacks:
+                    cb.on_epoch_end(self, stats)
                 self.history.append(stats)
                 if self.progress:
                     self.log(format_epoch(stats, epochs))
@@ -220,6 +248,8 @@ class Trainer:
                     checkpoint(self)
                 if self.stop_signal is not None:
                     raise TrainingInterrupted(self.stop_signal)
+        for cb in callbacks:
+            cb.on_train_end(self)
         return self.history
 
 

@@ -1,10 +1,12 @@
-"""CUDA kernels against the CPU kernels on tiny shapes, and training on both devices.
+"""CUDA kernels against the float64 oracle (tests/reference.py) on tiny shapes, and training on both
+devices.
 
 Not collected directly (no test_ prefix): test_cuda.py runs this file in a subprocess with
 NUMBA_ENABLE_CUDASIM=1 when there is no GPU. On a GPU machine: ``python -m pytest tests/cuda_checks.py``.
 """
 import numpy as np
 import pytest
+import reference as ref
 from numba import cuda
 
 import numbacnn as nc
@@ -13,21 +15,42 @@ from numbacnn.kernels import cuda as KC
 pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA GPU or simulator")
 
 
-def both(make):
-    """Build the same layer twice (seeded), one per device."""
-    a, b = make(), make()
-    for layer in (a, b):
-        if layer.param_shapes():
-            layer.initialize(np.random.default_rng(0))
-    b.device = "cuda"
-    if b.param_shapes():
-        b.bind({k: cuda.to_device(getattr(b, k)) for k in b.param_names},
-               {k: cuda.to_device(np.zeros_like(getattr(b, "d" + k))) for k in b.param_names})
-    return a, b
+def on_gpu(make):
+    """The layer, seeded, with its parameters and gradients on the GPU; and its host parameters."""
+    layer = make()
+    host_params = {}
+    if layer.param_shapes():
+        layer.initialize(np.random.default_rng(0))
+        host_params = {k: np.array(getattr(layer, k)) for k in layer.param_names}
+    layer.device = "cuda"
+    if layer.param_shapes():
+        layer.bind({k: cuda.to_device(v) for k, v in host_params.items()},
+                   {k: cuda.to_device(np.zeros_like(v)) for k, v in host_params.items()})
+    return layer, host_params
 
 
 def host(a):
     return a if isinstance(a, np.ndarray) else a.copy_to_host()
+
+
+def oracle(layer, x, dy, p):
+    """(y, dx, {name: gradient}) in float64 from tests/reference.py."""
+    if isinstance(layer, nc.Conv2D):
+        y = ref.conv2d_forward(x, p["weight"], p["bias"], layer.stride, layer.padding)
+        dx, dw, db = ref.conv2d_backward(dy, x, p["weight"], layer.stride, layer.padding)
+        return y, dx, {"weight": dw, "bias": db}
+    if isinstance(layer, nc.Dense):
+        dx, dw, db = ref.dense_backward(dy, x, p["weight"])
+        return ref.dense_forward(x, p["weight"], p["bias"]), dx, {"weight": dw, "bias": db}
+    geometry = (layer.kernel_size, layer.stride, layer.padding) if hasattr(layer, "kernel_size") else ()
+    if isinstance(layer, nc.MaxPool2D):
+        return ref.maxpool2d_forward(x, *geometry)[0], ref.maxpool2d_backward(dy, x, *geometry), {}
+    if isinstance(layer, nc.AvgPool2D):
+        return ref.avgpool2d_forward(x, *geometry), ref.avgpool2d_backward(dy, x, *geometry), {}
+    x64 = x.astype(np.float64)
+    if isinstance(layer, nc.ReLU):
+        return np.maximum(x64, 0), dy * (x64 > 0), {}
+    return np.tanh(x64), dy * (1 - np.tanh(x64) ** 2), {}
 
 
 @pytest.mark.parametrize("make,shape", [
@@ -44,23 +67,25 @@ def host(a):
     (lambda: nc.Tanh(), (2, 3, 4)),
 ])
 @pytest.mark.parametrize("ties", [False, True])
-def test_layer_matches_cpu(make, shape, ties):
+def test_layer_matches_oracle(make, shape, ties):
+    """Forward, argmax (ties to the first maximum), input and parameter gradients against the
+    float64 oracle; tolerances as for the CPU kernels (float32 results)."""
     rng = np.random.default_rng(1)
     x = rng.integers(-2, 3, shape).astype(np.float32) if ties else \
         rng.standard_normal(shape).astype(np.float32)
-    cpu_l, gpu_l = both(make)
-    y_cpu = cpu_l.forward(x, training=True)
-    y_gpu = host(gpu_l.forward(cuda.to_device(x), training=True))
-    np.testing.assert_allclose(y_gpu, y_cpu, rtol=1e-5, atol=1e-5)
-    if "argmax" in cpu_l._buffers:
-        np.testing.assert_array_equal(host(gpu_l._buffers["argmax"]), cpu_l._buffers["argmax"])
-    dy = rng.standard_normal(y_cpu.shape).astype(np.float32)
-    dx_cpu = cpu_l.backward(dy)
-    dx_gpu = host(gpu_l.backward(cuda.to_device(dy)))
-    np.testing.assert_allclose(dx_gpu, dx_cpu, rtol=1e-5, atol=1e-5)
-    for k in cpu_l.param_names:
-        np.testing.assert_allclose(host(getattr(gpu_l, "d" + k)), getattr(cpu_l, "d" + k),
-                                   rtol=1e-5, atol=1e-5)
+    layer, p = on_gpu(make)
+    y = host(layer.forward(cuda.to_device(x), training=True))
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    ey, edx, egrads = oracle(layer, x, dy, p)
+    np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
+    if isinstance(layer, nc.MaxPool2D):
+        np.testing.assert_array_equal(host(layer._buffers["argmax"]),
+                                      ref.maxpool2d_forward(x, layer.kernel_size, layer.stride,
+                                                            layer.padding)[1])
+    dx = host(layer.backward(cuda.to_device(dy)))
+    np.testing.assert_allclose(dx, edx, rtol=1e-5, atol=1e-5)
+    for k, g in egrads.items():
+        np.testing.assert_allclose(host(getattr(layer, "d" + k)), g, rtol=1e-5, atol=1e-5)
 
 
 def test_softmax_cross_entropy_and_dropout_kernels():

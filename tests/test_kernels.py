@@ -54,9 +54,13 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(8, 4, 3, stride=2).strategy == "gemm"
     # wide layers: backward GEMMs over groups of examples, up to about 1,200 rows
-    assert nc.Conv2D(32, 64, 3)._group(121) == 8 and nc.Conv2D(32, 64, 3)._group(196) == 6
-    assert nc.Conv2D(32, 32, 3)._group(576) == 2 and nc.Conv2D(32, 32, 3)._group(784) == 1
-    assert nc.Conv2D(6, 16, 5)._group(64) == 1 and nc.Conv2D(1, 32, 3)._group(676) == 1
+    from numbacnn.kernels.cpu._plan import group_size
+
+    def group(ci, co, k, rows):
+        return group_size(nc.Conv2D(ci, co, k).geometry, rows)
+    assert group(32, 64, 3, 121) == 8 and group(32, 64, 3, 196) == 6
+    assert group(32, 32, 3, 576) == 2 and group(32, 32, 3, 784) == 1
+    assert group(6, 16, 5, 64) == 1 and group(1, 32, 3, 676) == 1
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)

@@ -8,18 +8,20 @@ import numpy as np
 from conftest import ROOT
 
 import numbacnn as nc
-from numbacnn import _config, _warmup
+from numbacnn import _config
+from numbacnn.backend import warmup
 
 SCRIPT = r"""
 import json, sys
 import numpy as np
 import numbacnn as nc
-from numbacnn import _warmup
+from numbacnn.backend import warmup
 net = nc.build_network("lenet5", (1, 28, 28), 10, seed=3)
 x = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
 y = np.arange(5) % 10
+net.backend.start_precompile(net, x.shape[1:])  # as Trainer.fit does before its first step
+started = bool(warmup._pending)
 logits = net.forward(x, training=True)
-started = bool(_warmup._pending)
 _, d = nc.softmax_cross_entropy(logits, y)
 net.backward(d, need_input_grad=False)
 np.savez(sys.argv[1], **net.grad_dict())
@@ -62,11 +64,25 @@ def test_cold_cache_child_compiles_conv_backward_and_results_are_unchanged(tmp_p
 
 def test_no_child_without_disk_cache_or_when_switched_off(monkeypatch):
     net = nc.build_network("mnistcnn", (1, 28, 28), 10, seed=0)
-    monkeypatch.setattr(_warmup, "_cache_is_cold", lambda name: True)
-    monkeypatch.setattr(_warmup, "_started", set())
+    monkeypatch.setattr(warmup, "_cache_is_cold", lambda kernel: True)
+    monkeypatch.setattr(warmup, "_started", set())
     monkeypatch.setenv("NUMBACNN_PRECOMPILE", "0")
-    assert _warmup.start_backward_precompile(net, (1, 28, 28)) is False
+    assert net.backend.start_precompile(net, (1, 28, 28)) is False
     monkeypatch.setenv("NUMBACNN_PRECOMPILE", "1")
     monkeypatch.setattr(_config, "_CACHE", False)
-    assert _warmup.start_backward_precompile(net, (1, 28, 28)) is False
-    assert not _warmup._pending
+    assert net.backend.start_precompile(net, (1, 28, 28)) is False
+    assert not warmup._pending
+
+
+def test_the_trainer_starts_the_warm_up_once(monkeypatch):
+    """The model never compiles ahead by itself: Trainer.fit asks the backend, once per trainer."""
+    calls = []
+    net = nc.build_network("conv(2,3),relu,dense(4)", (1, 6, 6), 3, seed=0)
+    monkeypatch.setattr(type(net.backend), "start_precompile",
+                        lambda self, n, shape: calls.append((n, shape)) or False)
+    x = np.random.default_rng(0).random((10, 1, 6, 6), dtype=np.float32)
+    net.forward(x, training=True)
+    assert calls == []
+    tr = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=4, progress=False)
+    tr.fit(x, np.arange(10) % 3, 2)
+    assert calls == [(net, (1, 6, 6))]

@@ -1,6 +1,6 @@
 """Strided 2-D convolution (NCHW, float32) for narrow layers: im2col (a gather) plus one BLAS GEMM
 per example, forward and backward. Stride-1 layers use conv2d_wide.py, and layers with a long
-filter (any stride) conv2d_positions.py (see Conv2D.strategy).
+filter (any stride) conv2d_positions.py (see CpuBackend.conv_plan).
 
 Weight gradients are accumulated per chunk of examples and reduced in chunk order (no races).
 """

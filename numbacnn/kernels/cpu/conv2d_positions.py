@@ -1,5 +1,5 @@
 """2-D convolution (any stride) on position-major columns, for layers with a long filter
-(C_in*KH*KW >= 100; the choice is made in Conv2D.strategy).
+(C_in*KH*KW >= 100; the choice is made in CpuBackend.conv_plan, numbacnn/backend/cpu.py).
 
 Columns are laid out one row per output position p = (oy, ox), exactly OH * OW rows (no junk
 positions), with the taps and channels along the row in (ky, kx, c) order:

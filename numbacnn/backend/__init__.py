@@ -1,0 +1,24 @@
+"""Backends: one object per device offering the same operations (``base.Backend``); layers,
+optimizers and the model call their backend and never branch on the device."""
+from __future__ import annotations
+
+from .base import Backend, ConvGeometry, ConvPlan, Workspace
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def get_backend(device: str) -> Backend:
+    """The backend of "cpu" or "cuda" (imported on first use; "cuda" needs numba.cuda, not a GPU)."""
+    if device not in _BACKENDS:
+        if device == "cpu":
+            from .cpu import CpuBackend
+            _BACKENDS[device] = CpuBackend()
+        elif device == "cuda":
+            from .cuda import CudaBackend
+            _BACKENDS[device] = CudaBackend()
+        else:
+            raise ValueError(f"unknown device {device!r}; choose 'cpu' or 'cuda'")
+    return _BACKENDS[device]
+
+
+__all__ = ["Backend", "ConvGeometry", "ConvPlan", "Workspace", "get_backend"]

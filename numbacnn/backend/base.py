@@ -1,0 +1,178 @@
+"""The backend interface: the operations every device offers, with one signature and one meaning.
+
+Layers and optimizers call ``layer.backend.<operation>`` and never branch on the device. Arrays are
+the backend's own (numpy on the CPU, numba device arrays on CUDA); outputs come first, then
+inputs and parameters, then sizes, as in the kernels. Shapes: NCHW float32, argmax int32 holding
+an index into each example's (H * W) input plane (or into a fused conv's output row).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Shape = tuple[int, ...]
+Pair = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """What a convolution plan needs to know about its layer."""
+
+    in_channels: int
+    out_channels: int
+    kernel: Pair
+    stride: Pair
+    padding: Pair
+
+    @property
+    def ckk(self) -> int:
+        """C_in * KH * KW: the length of one filter."""
+        return self.in_channels * self.kernel[0] * self.kernel[1]
+
+
+class Workspace(dict):
+    """A layer's buffers on one backend, by name; reused while the shape and dtype stay the same.
+
+    Buffers returned by a layer's forward/backward live here, so the next call with the same batch
+    size overwrites them (``Sequential`` copies what it returns)."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def buf(self, key: str, shape: Shape, dtype: Any = np.float32) -> Any:
+        b = self.get(key)
+        if b is None or b.shape != tuple(shape) or b.dtype != dtype:
+            b = self.backend.empty(tuple(shape), dtype)
+            self[key] = b
+        return b
+
+    def __reduce__(self):  # scratch space never travels (pickles, deep copies): an empty one does
+        return (Workspace, (self.backend,))
+
+
+class ConvPlan:
+    """One way to run a convolution on one backend: its workspaces, its forward and backward calls,
+    and whether it applies a following ReLU and max pool in its own kernels.
+
+    ``forward`` keeps in ``ws`` what ``backward`` needs ("x", "y", and with a fused pool
+    "pool_argmax"); ``pool`` is (PKH, PKW) or None, and is only given when ``fuses_pool``.
+    """
+
+    name = ""
+    fuses_pool = False
+
+    def __init__(self, geometry: ConvGeometry) -> None:
+        self.geometry = geometry
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool,
+                pool: Pair | None) -> Any:
+        """y (N, Co, OH, OW), or pooled (N, Co, OH // PKH, OW // PKW)."""
+        raise NotImplementedError
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        """Writes dweight and dbias (overwriting); returns dx (N, Ci, H, W), or None."""
+        raise NotImplementedError
+
+
+class Backend:
+    """The operations of one device. Subclasses: ``CpuBackend`` (numba njit kernels) and
+    ``CudaBackend`` (numba.cuda kernels)."""
+
+    name = ""
+    kernels: Any = None  # the module of this device's kernels (numbacnn.kernels.cpu or .cuda)
+
+    def __reduce__(self):  # backends are stateless singletons: pickle them by name
+        return (_backend_named, (self.name,))
+
+    # --- arrays ---------------------------------------------------------------------------------
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        raise NotImplementedError
+
+    def asarray(self, a: Any) -> Any:
+        """This backend's contiguous float32 array for ``a`` (a host array is copied once)."""
+        raise NotImplementedError
+
+    def to_host(self, a: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def is_array(self, a: Any) -> bool:
+        raise NotImplementedError
+
+    def write(self, dst: Any, src: np.ndarray) -> None:
+        """Copy the host array ``src`` into the backend array ``dst`` (same shape)."""
+        raise NotImplementedError
+
+    def workspace(self) -> Workspace:
+        return Workspace(self)
+
+    # --- layers -----------------------------------------------------------------------------------
+    def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
+        """The convolution strategy for this layer shape; the one place where it is chosen."""
+        raise NotImplementedError
+
+    # The operations below call the kernel module's function of the same name, whose signature is
+    # the same on every backend; a backend overrides those where its kernels differ.
+    def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        self.kernels.maxpool2d_forward(y, argmax, x, *kernel, *stride, *padding)
+
+    def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        self.kernels.maxpool2d_backward(dx, dy, argmax, *kernel, *stride, *padding)
+
+    def avgpool2d_forward(self, y, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        self.kernels.avgpool2d_forward(y, x, *kernel, *stride, *padding)
+
+    def avgpool2d_backward(self, dx, dy, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        self.kernels.avgpool2d_backward(dx, dy, *kernel, *stride, *padding)
+
+    def dense_forward(self, y, x, w, b) -> None:
+        self.kernels.dense_forward(y, x, w, b)
+
+    def dense_backward(self, dx, dw, db, dy, x, w) -> None:
+        """dx may be None (input gradient not needed)."""
+        self.kernels.dense_backward(dx, dw, db, dy, x, w, dx is not None)
+
+    def relu_forward(self, y, x) -> None:
+        self.kernels.relu_forward(y, x)
+
+    def relu_backward(self, dx, dy, y) -> None:
+        self.kernels.relu_backward(dx, dy, y)
+
+    def tanh_forward(self, y, x) -> None:
+        self.kernels.tanh_forward(y, x)
+
+    def tanh_backward(self, dx, dy, y) -> None:
+        self.kernels.tanh_backward(dx, dy, y)
+
+    def dropout_forward(self, y, x, mask) -> None:
+        self.kernels.dropout_forward(y, x, mask)
+
+    def dropout_backward(self, dx, dy, mask) -> None:
+        self.kernels.dropout_backward(dx, dy, mask)
+
+    # --- optimizers (flat parameter, gradient and state buffers) -------------------------------
+    def sgd_update(self, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step) -> None:
+        self.kernels.sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
+
+    def rmsprop_update(self, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
+                       centered) -> None:
+        self.kernels.rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay,
+                                    momentum, centered)
+
+    def adam_update(self, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
+        self.kernels.adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
+
+    # --- compilation ------------------------------------------------------------------------------
+    def start_precompile(self, net: Any, in_shape: Shape) -> bool:
+        """Called by whoever is about to train ``net`` on inputs of per-example shape ``in_shape``
+        (Trainer, CLI, estimator): may start compiling its kernels ahead; returns whether it did."""
+        return False
+
+
+def _backend_named(name: str) -> Backend:
+    from . import get_backend
+
+    return get_backend(name)

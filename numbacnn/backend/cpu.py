@@ -1,0 +1,67 @@
+"""The CPU backend: numpy arrays and the numba njit kernels of ``numbacnn.kernels.cpu``."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..kernels import cpu as K
+from ..kernels.cpu.plan_gemm import GemmPlan
+from ..kernels.cpu.plan_positions import PositionsPlan
+from ..kernels.cpu.plan_wide import WidePlan
+from . import warmup
+from .base import Backend, ConvGeometry, ConvPlan, Pair, Shape
+
+# Convolutions with a filter of at least POSITIONS_MIN_CKK = C_in*KH*KW floats and at least
+# POSITIONS_MIN_CHANNELS input channels run position-major (any stride): measured 0.7-0.92x the
+# time of the "wide" plan from there on and 1.3-2x below, and 0.44-0.97x the time of "gemm" for
+# strided layers (docs/performance.md has the measurements).
+POSITIONS_MIN_CKK = 100
+POSITIONS_MIN_CHANNELS = 3
+_NO_DX = np.empty((1, 1), np.float32)  # dense_backward's dx when the input gradient is not needed
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    kernels = K
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        # integer buffers (argmax caches) start at 0: even a backward that read one before its
+        # forward wrote it would stay in bounds
+        return np.zeros(shape, dtype) if np.dtype(dtype).kind in "iu" else np.empty(shape, dtype)
+
+    def asarray(self, a: Any) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float32)
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return a
+
+    def is_array(self, a: Any) -> bool:
+        return isinstance(a, np.ndarray)
+
+    def write(self, dst: Any, src: np.ndarray) -> None:
+        dst[...] = src
+
+    def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
+        if geometry.ckk >= POSITIONS_MIN_CKK and geometry.in_channels >= POSITIONS_MIN_CHANNELS:
+            plan: type[ConvPlan] = PositionsPlan
+        elif geometry.stride == (1, 1):
+            plan = WidePlan
+        else:
+            plan = GemmPlan
+        return plan(geometry, before_backward=warmup.wait_pending)  # type: ignore[call-arg]
+
+    def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        if padding == (0, 0):
+            K.maxpool2d_forward_nopad(y, argmax, x, *kernel, *stride)
+        else:
+            K.maxpool2d_forward(y, argmax, x, *kernel, *stride, *padding)
+
+    def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
+        K.maxpool2d_backward(dx, dy, argmax)  # the argmax holds the geometry
+
+    def dense_backward(self, dx, dw, db, dy, x, w) -> None:
+        K.dense_backward(_NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)
+
+    def start_precompile(self, net: Any, in_shape: Shape) -> bool:
+        return warmup.start_backward_precompile(net, in_shape)

@@ -1,0 +1,41 @@
+"""The CUDA backend: numba device arrays and the numba.cuda kernels of ``numbacnn.kernels.cuda``.
+Importing it needs numba.cuda but no GPU; running needs a GPU or NUMBA_ENABLE_CUDASIM=1."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..kernels import cuda as KC
+from ..kernels.cuda.plan_direct import DirectPlan
+from .base import Backend, ConvGeometry, ConvPlan, Shape
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self) -> None:
+        from numba import cuda
+
+        self._cuda = cuda
+        self.kernels = KC
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self._cuda.device_array(shape, dtype)
+
+    def asarray(self, a: Any) -> Any:
+        if isinstance(a, np.ndarray):
+            return self._cuda.to_device(np.ascontiguousarray(a, dtype=np.float32))
+        return a
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return a if isinstance(a, np.ndarray) else a.copy_to_host()
+
+    def is_array(self, a: Any) -> bool:
+        return not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host")  # also the simulator's
+
+    def write(self, dst: Any, src: np.ndarray) -> None:
+        dst.copy_to_device(np.ascontiguousarray(src, dtype=np.float32))
+
+    def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
+        return DirectPlan(geometry)

@@ -1,0 +1,74 @@
+"""What the CPU convolution plans share: per-thread workspace rows, gradient parts per chunk of
+examples reduced in a fixed order (bitwise the same for any thread count), and the fused pool's
+output buffers."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ... import _config
+from ...backend.base import ConvGeometry, ConvPlan, Pair, Workspace
+from ._util import sum_chunks
+
+
+class CpuConvPlan(ConvPlan):
+    """Base of the CPU plans: ``forward`` stores x; ``backward`` waits for a warm-up compile child
+    (``before_backward``), makes the gradient parts and reduces them after ``_backward``."""
+
+    def __init__(self, geometry: ConvGeometry, before_backward: Callable[[], None] | None = None) -> None:
+        super().__init__(geometry)
+        self.before_backward = before_backward
+
+    def out_hw(self, h: int, w: int) -> Pair:
+        (kh, kw), (sh, sw), (ph, pw) = self.geometry.kernel, self.geometry.stride, self.geometry.padding
+        return (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+
+    def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
+        """y and the pool argmax: pooled shapes with a fused pool, else the conv output and an unused
+        (N, 1, 1, 1) placeholder (one entry per example keeps the kernels' argmax[n] in bounds)."""
+        n, _, h, w = x.shape
+        oh, ow = self.out_hw(h, w)
+        co = self.geometry.out_channels
+        if pool:
+            y = ws.buf("y", (n, co, oh // pool[0], ow // pool[1]))
+            return y, ws.buf("pool_argmax", y.shape, np.int32)
+        return ws.buf("y", (n, co, oh, ow)), ws.buf("pool_argmax", (n, 1, 1, 1), np.int32)
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        if self.before_backward is not None:
+            self.before_backward()
+        x = ws["x"]
+        n = x.shape[0]
+        chunks = -(-n // _config.CHUNK)
+        g = self.geometry
+        dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
+        dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
+        db_parts = ws.buf("db_parts", (chunks, g.out_channels))
+        self._backward(ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool)
+        self._reduce_weight_grad(ws, dweight, dw_parts.reshape(chunks, -1))
+        sum_chunks(dbias, db_parts)
+        return dx if need_dx else None
+
+    def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, relu: bool,
+                  pool: Pair | None) -> None:
+        raise NotImplementedError
+
+    def _reduce_weight_grad(self, ws: Workspace, dweight: np.ndarray, parts: np.ndarray) -> None:
+        """dweight = the sum of the chunks' parts, in chunk order."""
+        sum_chunks(dweight.reshape(-1), parts)
+
+
+def slots() -> int:
+    """Rows of the per-thread workspaces: numba's largest thread id + 1."""
+    return _config.max_threads()
+
+
+def group_size(g: ConvGeometry, rows: int) -> int:
+    """Examples per GEMM in the backward of the "wide" and "positions" plans, for ``rows`` GEMM
+    rows per example: about 1,200 rows at most, and 1 for narrow layers (docs/performance.md)."""
+    if g.out_channels < 32 or g.ckk < 64:
+        return 1
+    return max(1, min(8, 1200 // max(rows, 1)))

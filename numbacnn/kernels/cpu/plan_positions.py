@@ -1,0 +1,62 @@
+"""The "positions" plan: position-major columns for long filters, any stride (kernels in
+conv2d_positions.py)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ... import _config
+from ...backend.base import Pair, Workspace
+from ._plan import CpuConvPlan, group_size, slots
+from ._util import sum_chunks
+from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
+
+
+class PositionsPlan(CpuConvPlan):
+    name = "positions"
+    fuses_pool = True
+    backward_kernel = conv2d_backward_positions
+
+    def _xt_shape(self, x: np.ndarray) -> tuple[int, int, int]:
+        ph, pw = self.geometry.padding
+        return slots(), (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool)
+        g = self.geometry
+        (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
+        L = math.prod(self.out_hw(x.shape[2], x.shape[3]))
+        wt = ws.buf("wt", (kh, kw, ci, co))
+        wt[...] = weight.transpose(2, 3, 1, 0)
+        conv2d_forward_positions(
+            y, argmax, ws.buf("yw", (slots(), L, co)), ws.buf("cols", (slots(), L, g.ckk)),
+            ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
+            kh, kw, relu, *(pool or (0, 0)))
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+        g = self.geometry
+        (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
+        x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
+        L = math.prod(self.out_hw(x.shape[2], x.shape[3]))
+        group = group_size(g, L)
+        wk = ws.buf("wk", (co, kh, kw, ci))
+        wk[...] = weight.transpose(0, 2, 3, 1)
+        conv2d_backward_positions(
+            dx, dw_parts, db_parts, ws.buf("gw", (slots(), co, group * L)),
+            ws.buf("bcols", (slots(), group * L, g.ckk)),
+            ws.buf("dcols", (slots(), group * L, g.ckk) if need_dx else (slots(), 1, 1)),
+            ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (slots(), y[0].size if pool else 1)),
+            dy, x, wk, y, argmax, *g.stride, *g.padding, kh, kw, _config.CHUNK, group, need_dx, relu,
+            pool is not None)
+
+    def _reduce_weight_grad(self, ws: Workspace, dweight: np.ndarray, parts: np.ndarray) -> None:
+        # the parts are laid out (Co, KH, KW, Ci), as the position-major columns
+        g = self.geometry
+        dwk = ws.buf("dwk", (g.out_channels, *g.kernel, g.in_channels))
+        sum_chunks(dwk.reshape(-1), parts)
+        dweight[...] = dwk.transpose(0, 3, 1, 2)
+

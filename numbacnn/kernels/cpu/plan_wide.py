@@ -1,0 +1,50 @@
+"""The "wide" plan: stride-1 convolutions on wide rows (kernels in conv2d_wide.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ... import _config
+from ...backend.base import Pair, Workspace
+from ._plan import CpuConvPlan, group_size, slots
+from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
+
+
+class WidePlan(CpuConvPlan):
+    name = "wide"
+    fuses_pool = True
+    backward_kernel = conv2d_backward_wide
+
+    def _geometry(self, x: np.ndarray) -> tuple[int, int, int]:
+        """Padded height and width, and the wide row length L = (OH - 1) * Wp + OW."""
+        (ph, pw), (kh, kw) = self.geometry.padding, self.geometry.kernel
+        hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
+        return hp, wp, (hp - kh) * wp + wp - kw + 1
+
+    def _pad_shape(self, hp: int, wp: int) -> tuple[int, ...]:
+        ph, pw = self.geometry.padding
+        return (slots(), self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (slots(), 1, 1, 1)
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool)
+        hp, wp, L = self._geometry(x)
+        g = self.geometry
+        conv2d_forward_wide(y, argmax, ws.buf("yw", (slots(), g.out_channels, L)),
+                            ws.buf("cols", (slots(), g.ckk, L)), ws.buf("xpad", self._pad_shape(hp, wp)),
+                            x, weight, bias, *g.padding, relu, *(pool or (0, 0)))
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+        g = self.geometry
+        x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
+        hp, wp, L = self._geometry(x)
+        gl = group_size(g, L) * L
+        conv2d_backward_wide(
+            dx, dw_parts, db_parts, ws.buf("gw", (slots(), g.out_channels, gl)),
+            ws.buf("bcols", (slots(), g.ckk, gl)),
+            ws.buf("dcols", (slots(), g.ckk, gl) if need_dx else (slots(), 1, 1)),
+            ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (slots(), y[0].size if pool else 1)),
+            dy, x, weight, y, argmax, *g.padding, _config.CHUNK, group_size(g, L), need_dx, relu,
+            pool is not None)

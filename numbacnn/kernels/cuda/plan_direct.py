@@ -1,0 +1,29 @@
+"""The CUDA convolution plan: one thread per output element, gradients by gather (conv2d.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...backend.base import ConvPlan, Pair, Workspace
+from .conv2d import conv2d_backward, conv2d_forward
+
+
+class DirectPlan(ConvPlan):
+    name = "direct"
+    fuses_pool = False
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        (kh, kw), (sh, sw), (ph, pw) = self.geometry.kernel, self.geometry.stride, self.geometry.padding
+        n, _, h, w = x.shape
+        y = ws.buf("y", (n, self.geometry.out_channels, (h + 2 * ph - kh) // sh + 1,
+                         (w + 2 * pw - kw) // sw + 1))
+        ws["x"] = x  # the backward reads the input directly (no im2col cache)
+        conv2d_forward(y, x, weight, bias, sh, sw, ph, pw, relu)
+        return y
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        x, y = ws["x"], ws["y"]
+        dx = ws.buf("dx", x.shape) if need_dx else None
+        conv2d_backward(dx, dweight, dbias, ws.buf("g", dy.shape), dy, x, weight, y, *self.geometry.stride,
+                        *self.geometry.padding, need_dx, relu)
+        return dx
