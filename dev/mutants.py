@@ -75,6 +75,9 @@ MUTANTS = [
     M("chunk size follows the thread count (reduction order changes with threads)", "numbacnn/layers.py",
       "_config.CHUNK", "max(1, 16 // _config.get_num_threads())",
       ["tests/test_network.py", "-k", "threads"], replace_all=True),
+    M("fast-math contract and approximations: cached kernels differ from fresh ones", "numbacnn/_config.py",
+      'FASTMATH = set({"nsz", "reassoc"})', 'FASTMATH = set({"nsz", "arcp", "contract", "afn", "reassoc"})',
+      ["tests/test_network.py", "-k", "disk_cache"]),
     M("chunk sums skip the last chunk", K + "_util.py",
       "for c in range(1, n_parts):", "for c in range(1, n_parts - 1):",
       ["tests/test_gradients.py", "-k", "mean_of_per_example"]),
@@ -108,6 +111,19 @@ MUTANTS = [
       ["tests/test_cli.py", "-k", "evaluate_prints"]),
     M("auto picks compact only below 16x16", "numbacnn/arch.py", "max(input_shape[1:]) <= 16",
       "max(input_shape[1:]) < 16", ["tests/test_cli.py", "-k", "auto_architecture"]),
+    # distributed training and the estimator on Dask
+    M("distributed: local gradients not scaled to the global batch", "numbacnn/training.py",
+      "            dlogits *= np.float32(len(share) / len(idx))", "            pass",
+      ["tests/test_distributed.py", "-k", "bitwise and sgd"]),
+    M("distributed: each rank draws its own dropout masks", "numbacnn/layers.py",
+      "u = self.draw(total * per)[lo * per:hi * per]", "u = self.draw((hi - lo) * per)",
+      ["tests/test_distributed.py", "-k", "bitwise and sgd"]),
+    M("distributed: every rank compiles from a cold cache", "numbacnn/distributed.py",
+      "        if self.local_rank == 0:\n            compile_step()",
+      "        if True:\n            compile_step()",
+      ["tests/test_distributed.py", "-k", "compiles"]),
+    M("pickles carry the gradient buffer", "numbacnn/network.py",
+      '        state["grads"] = None', "        pass", ["tests/test_dask.py", "-k", "pickles"]),
     # data, layers, estimator
     M("fractional labels truncated to integers", "numbacnn/data/__init__.py",
       "if not np.isfinite(y).all() or (y != np.round(y)).any():", "if not np.isfinite(y).all():",
@@ -190,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, m in enumerate(chosen, 1):
         t0 = time.perf_counter()
         rc, last = _run_one(m, m.tests, args.timeout)
-        verdict = {0: "MISSED", -1: "TIMEOUT", -2: "STALE"}.get(rc, "caught")
+        verdict = {0: "MISSED", -1: "TIMEOUT", -2: "STALE", 5: "NO TESTS"}.get(rc, "caught")
         survivors += verdict != "caught"
         print(f"[{i:2}/{len(chosen)}] {verdict:6} {time.perf_counter() - t0:5.0f} s  {m.name}"
               + (f"  ({last})" if verdict != "caught" else ""), flush=True)

@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from .data import DataError, Dataset, load_dataset, stratified_split
 from .device import DeviceError
 from .optimizers import OPTIMIZERS, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
+
+if TYPE_CHECKING:
+    from .distributed import DataParallel
 
 DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
 # Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
@@ -92,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=_number(int, 1, False), default=None,
                    help="numba threads (default: all cores)")
     t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    t.add_argument("--distributed", action="store_true",
+                   help="data-parallel training over MPI ranks: mpiexec -n R python -m mpi4py "
+                   "train.py --distributed ...; --batch-size is the global batch, --threads per rank "
+                   "(default: the machine's cores divided among its ranks)")
     t.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     o = p.add_argument_group("files")
     o.add_argument("--metrics-out", metavar="FILE.json", help="write per-epoch metrics as JSON")
@@ -116,35 +124,40 @@ def _print_confusion(m: np.ndarray) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    dp = _start_distributed(args)
+    lead = dp is None or dp.rank == 0  # the rank that prints, reads checkpoints and writes files
     for flag in ("data", "labels", "resume", "evaluate"):
         path = getattr(args, flag)
-        if path and path != "digits" and not os.path.exists(path):
+        if (path and path != "digits" and (lead or flag in ("data", "labels"))
+                and not os.path.exists(path)):
             raise UsageError(f"--{flag}: {path}: no such file or directory")
     if args.device == "cuda":
         from .device import require_cuda
         require_cuda()
-    if args.threads is not None:
+    if args.threads is not None and dp is None:
         _config.set_num_threads(args.threads)
     for path in (args.save, args.metrics_out):
-        if path:
+        if path and lead:
             try:
                 check_writable(path)
             except OSError as e:
                 raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
     if args.evaluate:
-        ck = load_checkpoint(args.evaluate)
+        ck = _on_lead(dp, lambda: load_checkpoint(args.evaluate))
         meta = ck.meta.get("training", {})
         ds = _load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size))
         _check_shapes(ck.net, ds, args.evaluate)
-        loss, acc = evaluate(ck.net, ds.x_test, ds.y_test)
-        print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
-              f"loss {loss:.4f}, accuracy {acc:.4f}")
+        loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)
         n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
-        _print_confusion(confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes))
-        return 0
+        matrix = confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes, parallel=dp)
+        if lead:
+            print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
+                  f"loss {loss:.4f}, accuracy {acc:.4f}")
+            _print_confusion(matrix)
+        return _finish(dp, 0)
 
-    resume = load_checkpoint(args.resume) if args.resume else None
+    resume = _on_lead(dp, lambda: load_checkpoint(args.resume)) if args.resume else None
     tmeta: dict[str, Any] = resume.meta.get("training", {}) if resume else {}
     if resume and not tmeta:
         raise CheckpointError(f"{args.resume}: holds no training state to resume (saved by nc.save?)")
@@ -199,49 +212,96 @@ def run(argv: list[str] | None = None) -> int:
             raise UsageError("--momentum does not apply to adam")
         opt = make_optimizer(opt_name, net, **kwargs)
 
+    if dp is not None:  # rank 0's parameters and optimizer state everywhere; one compile per machine
+        from .distributed import compile_step
+
+        for a in (net.params, *opt.state.values()):
+            dp.broadcast_array(a)
+        dp.compile_once(lambda: compile_step(net, x_tr))
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
-    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet,
-                      lr_schedule=schedule)
+    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet and lead,
+                      lr_schedule=schedule, parallel=dp)
     if resume:
         trainer.load_state(tmeta["trainer"])
     save_path = args.save or args.resume
 
     def checkpoint(tr: Trainer) -> None:
-        if save_path:
+        if save_path and lead:
             save(net, save_path, optimizer=opt, training={
                 "architecture": arch, "optimizer_name": opt_name, "seed": seed, "epochs": epochs,
                 "test_size": test_size, "val_size": val_size, "batch_size": batch_size,
                 "dataset": ds.name, "data_fingerprint": fingerprint, "trainer": tr.state(),
                 "lr_schedule": schedule})
+        if dp is not None:
+            dp.barrier()  # the checkpoint is complete before any rank goes on (or exits)
 
-    if not args.quiet:
+    if not args.quiet and lead:
+        ranks = f"{dp.size} ranks x " if dp is not None else ""
         print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
               f"{ds.input_shape}, {n_classes} classes; arch {arch}; {opt!r}; batch "
-              f"{batch_size}; {_config.get_num_threads()} threads")
+              f"{batch_size}; {ranks}{_config.get_num_threads()} threads")
     t0 = time.perf_counter()
     try:
         trainer.fit(x_tr, y_tr, epochs, ds.x_test, ds.y_test, x_val, y_val, checkpoint=checkpoint)
     except TrainingInterrupted as e:
         where = f"; resumable checkpoint saved to {save_path}" if save_path else " (no --save given)"
-        print(f"train.py: {e} at epoch {trainer.epoch + 1}, step {trainer._step}{where}",
-              file=sys.stderr)
-        return 128 + e.signum
+        if lead:
+            print(f"train.py: {e} at epoch {trainer.epoch + 1}, step {trainer._step}{where}",
+                  file=sys.stderr)
+        return _finish(dp, 128 + e.signum)
+    except DivergenceError as e:
+        if dp is None:
+            raise
+        if lead:  # every rank saw the same reduced loss: an agreed stop
+            print(f"train.py: error: {e}", file=sys.stderr)
+        return _finish(dp, 1)
     wall = time.perf_counter() - t0
     final = trainer.history[-1] if trainer.history else {}
-    if not args.quiet:
+    if not args.quiet and lead:
         print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f} after "
               f"{trainer.epoch} epochs, {wall:.1f} s")
-    if args.metrics_out:
+    if args.metrics_out and lead:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
                 "images_per_second", "val_loss", "val_accuracy")
         metrics = {"dataset": ds.name, "architecture": arch, "optimizer": opt_name,
                    "hyperparameters": {**opt.hyperparameters(), "lr": trainer.base_lr},
                    "lr_schedule": schedule, "batch_size": batch_size,
                    "seed": seed, "threads": _config.get_num_threads(),
+                   "ranks": dp.size if dp is not None else 1,
                    "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
-    return 0
+    return _finish(dp, 0)
+
+
+def _start_distributed(args) -> DataParallel | None:
+    """MPI data parallelism for --distributed; refuses a multi-rank launch without it (R copies
+    would train the same model and overwrite one another's files)."""
+    from .distributed import DistributedError, launcher_size, start
+
+    ranks = launcher_size()
+    if not args.distributed:
+        if ranks is not None and ranks > 1:
+            raise UsageError(f"started as {ranks} MPI ranks without --distributed: each would train its "
+                             "own copy and overwrite the same files; add --distributed")
+        return None
+    if args.device != "cpu":
+        raise UsageError("--distributed trains on the CPU; drop --device cuda")
+    try:
+        return start(args.threads)
+    except DistributedError as e:
+        raise UsageError(str(e)) from None
+
+
+def _on_lead(dp: DataParallel | None, load: Callable[[], Any]) -> Any:
+    """``load()`` here, or on rank 0 only with the result handed to every rank."""
+    return load() if dp is None else dp.from_rank0(load)
+
+
+def _finish(dp: DataParallel | None, status: int) -> int:
+    if dp is not None:
+        dp.finish()
+    return status
 
 
 def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,20 +19,49 @@ from .device import check_device
 from .optimizers import make_optimizer
 from .training import Callback, Trainer
 
+_active = 0  # fits and predictions running in this process (any thread)
+_active_lock = threading.Lock()
+
+
+def _threading_layer() -> str:
+    """numba's threading layer ("omp", "tbb" or "workqueue"), starting it if needed."""
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:  # not started yet: run one parallel kernel
+        from .kernels.cpu import sum_chunks
+
+        sum_chunks(np.zeros(1, np.float32), np.zeros((1, 1), np.float32))
+        return numba.threading_layer()
+
 
 @contextmanager
 def _threads(n: int | None):
-    """Run with n numba threads; None: all cores, or the OMP_NUM_THREADS limit that joblib sets in
-    its workers (so GridSearchCV(n_jobs=2) does not run 2 x all-cores threads)."""
+    """Run with n numba threads; None: all cores, or the OMP_NUM_THREADS limit that joblib's
+    workers and Dask's worker processes set (so that n_jobs=2 or two Dask workers do not each run
+    all-cores threads). Refuses a second concurrent caller where numba's threading layer is
+    "workqueue", which is not thread-safe."""
+    global _active
+    with _active_lock:
+        if _active and _threading_layer() == "workqueue":
+            raise RuntimeError(
+                "CNNClassifier: another fit or predict is running in this process, and numba's "
+                "'workqueue' threading layer is not thread-safe: use single-threaded worker "
+                "processes (Dask: LocalCluster(processes=True, threads_per_worker=1); joblib: the "
+                "default loky backend), or install tbb or an OpenMP runtime")
+        _active += 1
     before = _config.get_num_threads()
-    if n is None:
-        env = os.environ.get("OMP_NUM_THREADS", "")
-        n = int(env) if env.isdigit() and int(env) > 0 else None
-    _config.set_num_threads(n)
     try:
+        if n is None:
+            env = os.environ.get("OMP_NUM_THREADS", "")
+            n = int(env) if env.isdigit() and int(env) > 0 else None
+        _config.set_num_threads(n)
         yield
     finally:
         _config.set_num_threads(before)
+        with _active_lock:
+            _active -= 1
 
 
 class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
@@ -68,7 +98,8 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     verbose : int
         > 0 shows tqdm progress bars and per-epoch lines.
     n_threads : int or None
-        numba threads during fit/predict (None: all cores, or joblib's per-worker limit).
+        numba threads during fit/predict (None: all cores, or the OMP_NUM_THREADS limit that
+        joblib's and Dask's worker processes set). The count used is ``n_threads_``.
     device : {"cpu", "cuda"}
     """
 
@@ -153,17 +184,19 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         seed = int(rng.integers(2**31))
         self.net_ = build_network(self.architecture, shape, n_classes, seed=seed, adapt=True)
         self.net_.to(self.device)
-        kwargs: dict[str, Any] = {"lr": self.learning_rate}
-        if self.optimizer == "sgd":
-            kwargs["momentum"] = self.momentum
-        self._optimizer = make_optimizer(self.optimizer, self.net_, **kwargs)
-        self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size,
-                                seed=int(rng.integers(2**31)), progress=self.verbose > 0,
-                                shuffle=self.shuffle)
+        self._make_trainer(int(rng.integers(2**31)))
         self.input_shape_ = tuple(shape)
         self.x_mean_, self.x_scale_ = 0.0, 1.0
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
+
+    def _make_trainer(self, seed: int) -> None:
+        kwargs: dict[str, Any] = {"lr": self.learning_rate}
+        if self.optimizer == "sgd":
+            kwargs["momentum"] = self.momentum
+        self._optimizer = make_optimizer(self.optimizer, self.net_, **kwargs)
+        self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size, seed=seed,
+                                progress=self.verbose > 0, shuffle=self.shuffle)
 
     def _set_scaling(self, X: np.ndarray) -> None:
         std = float(np.std(X, dtype=np.float64))
@@ -200,6 +233,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             self._set_scaling(X)
         x_all, y_all = self._images(X, shape), self._encode(y)
         with _threads(self.n_threads):
+            self.n_threads_ = _config.get_num_threads()
             self._fit_epochs(x_all, y_all, rng)
         return self
 
@@ -232,7 +266,13 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             self._set_scaling(X)
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {np.unique(classes)} differ from the first call's {self.classes_}")
+        elif not hasattr(self, "_trainer"):  # unpickled after a fit without warm_start: the
+            rng = np.random.default_rng(self.random_state)  # optimizer starts afresh
+            rng.integers(2**31)
+            self._make_trainer(int(rng.integers(2**31)))
+        self._continues = True  # pickles keep the optimizer state from now on
         with _threads(self.n_threads):
+            self.n_threads_ = _config.get_num_threads()
             self._trainer.fit(self._images(X, self.input_shape_), self._encode(y),
                               self._trainer.epoch + 1, callbacks=[_Stopping(self, stop=False)])
         return self
@@ -255,6 +295,15 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     def predict(self, X) -> np.ndarray:
         logits = self._logits(X)
         return self.classes_[np.argmax(logits, axis=1)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # weights and settings travel; the optimizer's state (momentum, Adam's moments, step count)
+        # only where a later fit continues from it (warm_start, partial_fit)
+        state = self.__dict__.copy()
+        if not (self.warm_start or state.get("_continues")):
+            state.pop("_optimizer", None)
+            state.pop("_trainer", None)
+        return state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .backend import Backend, ConvGeometry, ConvPlan, Workspace, get_backend
+from .backend.base import conv_out
 
 Shape = tuple[int, ...]
 
@@ -65,11 +66,14 @@ class Layer:
     def param_shapes(self) -> dict[str, Shape]:
         return {}
 
-    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
-        """Use these arrays (views of the network's flat buffers) as parameters and gradients."""
+    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray],
+             net_views: bool = False) -> None:
+        """Use these arrays as parameters and gradients; ``net_views``: they are views of a
+        network's flat buffers (which the network pickles, so the layer does not)."""
         for k in self.param_names:
             setattr(self, k, params[k])
             setattr(self, "d" + k, grads[k])
+        self._net_views = net_views
 
     def reset_parameters(self, rng: np.random.Generator) -> None:
         """Fill the bound parameters in place (PyTorch's default initialisation)."""
@@ -125,12 +129,22 @@ class Layer:
         raise NotImplementedError
 
     def __getstate__(self) -> dict[str, Any]:
-        # pickles carry parameters and settings, not scratch buffers or forward caches
+        # pickles carry parameters and settings, not scratch buffers, forward caches or gradients
         state = self.__dict__.copy()
         state["_buffers"] = self.backend.workspace()
         state.pop("_x", None)
         state.pop("_plan", None)
+        for k in self.param_names:
+            if state.get("_net_views"):  # views of the network's buffers: it rebinds them
+                state.pop(k, None)
+            state.pop("d" + k, None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for k in self.param_names:
+            if k in state and "d" + k not in state:  # a layer pickled on its own: fresh gradients
+                setattr(self, "d" + k, np.zeros_like(state[k]))
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments: ``type(layer)(**layer.get_config())`` builds an equal layer."""
@@ -145,11 +159,6 @@ def _kaiming_uniform(rng: np.random.Generator, arr: np.ndarray, fan_in: int) -> 
     # both reduce to a bound of 1/sqrt(fan_in).
     bound = 1.0 / math.sqrt(fan_in)
     arr[...] = rng.uniform(-bound, bound, size=arr.shape).astype(np.float32)
-
-
-def conv_out(size: int, k: int, s: int, p: int) -> int:
-    """Output positions along one axis: input ``size``, kernel ``k``, stride ``s``, padding ``p``."""
-    return (size + 2 * p - k) // s + 1
 
 
 class Conv2D(Layer):
@@ -461,6 +470,9 @@ class Dropout(_Elementwise):
     """Inverted dropout: zeroes each input with probability p and scales the rest by 1/(1-p).
 
     Identity when ``training=False``. The mask comes from ``rng`` (set by ``Sequential``'s seed).
+    With ``batch_slice = (lo, hi, total)`` (data parallelism: this process holds examples lo:hi of
+    a batch of ``total``), the mask is drawn for the whole batch and rows lo:hi are used, so that the
+    ranks together apply the masks one process would.
     """
 
     def __init__(self, p: float = 0.5) -> None:
@@ -469,14 +481,25 @@ class Dropout(_Elementwise):
             raise ValueError(f"Dropout: p must be a probability in [0, 1), got {p!r}")
         self.p = float(p)
         self.rng = np.random.default_rng()
+        self.batch_slice: tuple[int, int, int] | None = None
 
     def reset_parameters(self, rng: np.random.Generator) -> None:
         self.rng = np.random.default_rng(rng.integers(2**63))
 
+    def draw(self, n: int) -> np.ndarray | None:
+        """The uniform draws behind the masks of n values (None when no mask is drawn)."""
+        return self.rng.random(n, dtype=np.float32) if self.p > 0.0 else None
+
     def _apply(self, y, x, training):
         mask = np.empty(x.shape, np.float32)  # drawn on the host in both devices: same masks
         if training and self.p > 0.0:
-            keep = self.rng.random(x.shape[0], dtype=np.float32) >= self.p
+            if self.batch_slice is None:
+                u = self.draw(x.shape[0])
+            else:
+                lo, hi, total = self.batch_slice
+                per = x.shape[0] // (hi - lo)
+                u = self.draw(total * per)[lo * per:hi * per]  # type: ignore[index]
+            keep = u >= self.p
             np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
         else:
             mask[:] = 1.0

@@ -1,6 +1,7 @@
 """The model: a Sequential stack of layers whose parameters and gradients live in two flat buffers."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .kernels import cpu as K
-from .layers import Conv2D, Layer, MaxPool2D, ReLU, Shape
+from .layers import Conv2D, Dropout, Layer, MaxPool2D, ReLU, Shape
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 
@@ -101,16 +102,19 @@ class Sequential:
         for i, layer in enumerate(self.layers):
             views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
             layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
-                       {p: self.grads[sl].reshape(shp) for p, sl, shp in views})
+                       {p: self.grads[sl].reshape(shp) for p, sl, shp in views}, net_views=True)
 
     def __getstate__(self) -> dict:
         if self.device != "cpu":
             raise TypeError("move the network to the CPU (net.to('cpu')) before pickling it")
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        state["grads"] = None  # gradients are scratch: zeros again after unpickling
+        return state
 
     def __setstate__(self, state: dict) -> None:
-        # pickling turns the layers' views into copies: point them back at the flat buffers
+        # the layers travel without their parameter views: point them back at the flat buffers
         self.__dict__.update(state)
+        self.grads = np.zeros_like(self.params)
         self._bind_views()
 
     def reset_parameters(self, seed: int | np.random.Generator | None = None) -> None:
@@ -177,6 +181,19 @@ class Sequential:
         for i in range(len(self.layers) - 1, -1, -1):
             g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
         return None if g is None else self.backend.to_host(g).copy()
+
+    def set_batch_slice(self, lo: int, hi: int, total: int, in_shape: Shape) -> None:
+        """Data parallelism: the next training forward holds examples lo:hi of a batch of ``total``
+        with per-example shape ``in_shape`` (dropout then draws the whole batch's masks and uses
+        its rows; see Dropout). With no examples here (lo == hi) the draws are made at once, so
+        that every rank's dropout generators stay in step."""
+        shape = tuple(in_shape)
+        for layer in self.layers:
+            if isinstance(layer, Dropout):
+                layer.batch_slice = (lo, hi, total) if hi > lo else None
+                if hi == lo:
+                    layer.draw(total * math.prod(shape))
+            shape = layer.output_shape(shape)
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Softmax of the logits, (N, n_classes)."""

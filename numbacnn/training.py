@@ -11,12 +11,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .network import Sequential, softmax_cross_entropy
 from .optimizers import Optimizer
+
+if TYPE_CHECKING:
+    from .distributed import DataParallel
 
 
 class DivergenceError(RuntimeError):
@@ -31,9 +34,14 @@ class TrainingInterrupted(Exception):
         self.signum = signum
 
 
-def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 256
-             ) -> tuple[float, float]:
-    """Mean cross-entropy loss and accuracy of ``net`` on (x, y), in inference mode."""
+def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 256,
+             parallel: DataParallel | None = None) -> tuple[float, float]:
+    """Mean cross-entropy loss and accuracy of ``net`` on (x, y), in inference mode; with
+    ``parallel``, each rank evaluates its share and the sums are reduced."""
+    n = len(x)
+    if parallel is not None:
+        share = parallel.share(np.arange(n))
+        x, y = x[share], y[share]
     total, correct = 0.0, 0
     for lo in range(0, len(x), batch_size):
         logits = net.forward(x[lo:lo + batch_size], training=False)
@@ -41,13 +49,22 @@ def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 25
         loss, _ = softmax_cross_entropy(logits, yb)
         total += loss * len(yb)
         correct += int((logits.argmax(1) == yb).sum())
-    return total / len(x), correct / len(x)
+    if parallel is not None:
+        total, correct = parallel.sum(np.array([total, correct], np.float64)).tolist()
+    return total / n, correct / n
 
 
-def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: int) -> np.ndarray:
-    pred = net.predict(x)
+def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: int,
+                     parallel: DataParallel | None = None) -> np.ndarray:
+    """Counts of (true class, predicted class) on (x, y); with ``parallel``, split over the ranks."""
+    if parallel is not None:
+        share = parallel.share(np.arange(len(x)))
+        x, y = x[share], y[share]
     m = np.zeros((n_classes, n_classes), np.int64)
-    np.add.at(m, (y, pred), 1)
+    if len(x):
+        np.add.at(m, (y, net.predict(x)), 1)
+    if parallel is not None:
+        m = parallel.sum(m)
     return m
 
 
@@ -99,11 +116,14 @@ class Trainer:
     lr_schedule : "constant" or "cosine"
         "cosine" anneals the learning rate from its initial value towards 0 over the epochs of
         ``fit``: epoch e (0-based) of E uses lr * (1 + cos(pi * e / E)) / 2.
+    parallel : numbacnn.distributed.DataParallel or None
+        MPI data parallelism: each rank backpropagates its share of every (global) batch.
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
                  progress: bool = True, log: Callable[[str], None] | None = None,
-                 shuffle: bool = True, lr_schedule: str = "constant") -> None:
+                 shuffle: bool = True, lr_schedule: str = "constant",
+                 parallel: DataParallel | None = None) -> None:
         if lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
@@ -121,6 +141,8 @@ class Trainer:
         self.epoch = 0  # completed epochs
         self.stop_signal: int | None = None
         self.stop_training = False  # set by a callback: stop after the current epoch
+        self.parallel = parallel
+        self._agreed_stop: int | None = None  # the stop signal all ranks agreed on (distributed)
         self._precompile_checked = False
         # mid-epoch position (for resuming an interrupted epoch)
         self._epoch_rng_state: dict | None = None
@@ -173,19 +195,14 @@ class Trainer:
             for step in range(self._step, n_steps):
                 t0 = time.perf_counter()
                 idx = order[step * self.batch_size:(step + 1) * self.batch_size]
-                xb, yb = x[idx], y[idx]
-                logits = self.net.forward(xb, training=True)
-                loss, dlogits = softmax_cross_entropy(logits, yb)
-                if not math.isfinite(loss):
-                    raise DivergenceError(
-                        f"the loss became {loss} at epoch {self.epoch + 1}, step {step + 1}: training "
-                        f"diverged; try a lower learning rate (now {self.optimizer.lr:g})")
-                self.net.backward(dlogits, need_input_grad=False)
-                self.optimizer.step()
+                if self.parallel is None:
+                    loss_sum, correct, seen = self._local_step(x, y, idx, step)
+                else:
+                    loss_sum, correct, seen = self._parallel_step(x, y, idx, step)
                 p["seconds"] += time.perf_counter() - t0
-                p["loss"] += loss * len(yb)
-                p["correct"] += int((logits.argmax(1) == yb).sum())
-                p["seen"] += len(yb)
+                p["loss"] += loss_sum
+                p["correct"] += correct
+                p["seen"] += seen
                 self._step = step + 1
                 if on_step is not None:
                     on_step()
@@ -195,8 +212,9 @@ class Trainer:
                         bar.set_postfix(loss=f"{p['loss'] / p['seen']:.4f}",
                                         acc=f"{p['correct'] / p['seen']:.4f}",
                                         img_s=f"{p['seen'] / max(p['seconds'], 1e-9):.0f}")
-                if self.stop_signal is not None:
-                    raise TrainingInterrupted(self.stop_signal)
+                stop = self.stop_signal if self.parallel is None else self._agreed_stop
+                if stop is not None:
+                    raise TrainingInterrupted(stop)
         finally:
             if bar is not None:
                 bar.close()
@@ -206,6 +224,60 @@ class Trainer:
         return {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
                 "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
                 "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
+
+    def _diverged(self, loss: float, step: int) -> DivergenceError:
+        return DivergenceError(
+            f"the loss became {loss} at epoch {self.epoch + 1}, step {step + 1}: training "
+            f"diverged; try a lower learning rate (now {self.optimizer.lr:g})")
+
+    def _local_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
+                    ) -> tuple[float, int, int]:
+        """One step of one process; returns the batch's loss sum, correct count and size."""
+        xb, yb = x[idx], y[idx]
+        logits = self.net.forward(xb, training=True)
+        loss, dlogits = softmax_cross_entropy(logits, yb)
+        if not math.isfinite(loss):
+            raise self._diverged(loss, step)
+        self.net.backward(dlogits, need_input_grad=False)
+        self.optimizer.step()
+        return loss * len(yb), int((logits.argmax(1) == yb).sum()), len(yb)
+
+    def _parallel_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
+                       ) -> tuple[float, int, int]:
+        """One data-parallel step: this rank's share of the global batch ``idx``, gradients summed
+        over the ranks (each scaled by 1 / len(idx) here), the same optimizer step everywhere. The
+        stop flags travel with the statistics, so every rank stops after the same step."""
+        assert self.parallel is not None
+        lo, hi = self.parallel.bounds(len(idx))
+        share = idx[lo:hi]
+        self.net.set_batch_slice(lo, hi, len(idx), x.shape[1:])
+        loss_sum, correct = 0.0, 0
+        if len(share):
+            xb, yb = x[share], y[share]
+            logits = self.net.forward(xb, training=True)
+            loss, dlogits = softmax_cross_entropy(logits, yb)
+            dlogits *= np.float32(len(share) / len(idx))  # the gradient of the global mean
+            self.net.backward(dlogits, need_input_grad=False)
+            loss_sum, correct = loss * len(share), int((logits.argmax(1) == yb).sum())
+        else:  # fewer examples than ranks in the last batch: contribute nothing
+            self.net.grads[:] = 0.0
+        flags = (int(self.stop_signal == signal.SIGINT), int(self.stop_signal == signal.SIGTERM))
+        loss_sum, correct, seen, flags = self.parallel.reduce_step(self.net.grads, loss_sum, correct,
+                                                                   len(share), flags)
+        if not math.isfinite(loss_sum):
+            raise self._diverged(loss_sum / seen, step)
+        self.optimizer.step()
+        self._agreed_stop = signal.SIGTERM if flags[1] else signal.SIGINT if flags[0] else None
+        return loss_sum, correct, seen
+
+    def _stop_requested(self) -> int | None:
+        """The stop signal, agreed by every rank when distributed (a signal may reach one rank while
+        another is already past its last check)."""
+        if self.parallel is None:
+            return self.stop_signal
+        flags = self.parallel.sum(np.array([self.stop_signal == signal.SIGINT,
+                                            self.stop_signal == signal.SIGTERM], np.float64))
+        return signal.SIGTERM if flags[1] else signal.SIGINT if flags[0] else None
 
     def fit(self, x: np.ndarray, y: np.ndarray, epochs: int, x_test: np.ndarray | None = None,
             y_test: np.ndarray | None = None, x_val: np.ndarray | None = None,
@@ -236,9 +308,11 @@ class Trainer:
                         checkpoint(self)
                     raise
                 if x_val is not None and y_val is not None:
-                    stats["val_loss"], stats["val_accuracy"] = evaluate(self.net, x_val, y_val)
+                    stats["val_loss"], stats["val_accuracy"] = evaluate(self.net, x_val, y_val,
+                                                                        parallel=self.parallel)
                 if x_test is not None and y_test is not None:
-                    stats["test_loss"], stats["test_accuracy"] = evaluate(self.net, x_test, y_test)
+                    stats["test_loss"], stats["test_accuracy"] = evaluate(self.net, x_test, y_test,
+                                                                          parallel=self.parallel)
                 for cb in callbacks:
                     cb.on_epoch_end(self, stats)
                 self.history.append(stats)
@@ -246,8 +320,9 @@ class Trainer:
                     self.log(format_epoch(stats, epochs))
                 if checkpoint is not None:
                     checkpoint(self)
-                if self.stop_signal is not None:
-                    raise TrainingInterrupted(self.stop_signal)
+                stop = self._stop_requested()
+                if stop is not None:
+                    raise TrainingInterrupted(stop)
         for cb in callbacks:
             cb.on_train_end(self)
         return self.history

@@ -16,6 +16,12 @@ Shape = tuple[int, ...]
 Pair = tuple[int, int]
 
 
+def conv_out(size: int, k: int, s: int, p: int) -> int:
+    """Output positions along one axis of a convolution or pooling window: input ``size``, window
+    ``k``, stride ``s``, zero padding ``p`` on both sides."""
+    return (size + 2 * p - k) // s + 1
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """What a convolution plan needs to know about its layer."""
@@ -30,6 +36,11 @@ class ConvGeometry:
     def ckk(self) -> int:
         """C_in * KH * KW: the length of one filter."""
         return self.in_channels * self.kernel[0] * self.kernel[1]
+
+    def out_hw(self, h: int, w: int) -> Pair:
+        """Output height and width for an h x w input."""
+        return (conv_out(h, self.kernel[0], self.stride[0], self.padding[0]),
+                conv_out(w, self.kernel[1], self.stride[1], self.padding[1]))
 
 
 class Workspace(dict):

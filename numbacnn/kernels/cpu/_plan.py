@@ -21,15 +21,11 @@ class CpuConvPlan(ConvPlan):
         super().__init__(geometry)
         self.before_backward = before_backward
 
-    def out_hw(self, h: int, w: int) -> Pair:
-        (kh, kw), (sh, sw), (ph, pw) = self.geometry.kernel, self.geometry.stride, self.geometry.padding
-        return (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-
     def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
         """y and the pool argmax: pooled shapes with a fused pool, else the conv output and an unused
         (N, 1, 1, 1) placeholder (one entry per example keeps the kernels' argmax[n] in bounds)."""
         n, _, h, w = x.shape
-        oh, ow = self.out_hw(h, w)
+        oh, ow = self.geometry.out_hw(h, w)
         co = self.geometry.out_channels
         if pool:
             y = ws.buf("y", (n, co, oh // pool[0], ow // pool[1]))

@@ -28,7 +28,7 @@ class PositionsPlan(CpuConvPlan):
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
-        L = math.prod(self.out_hw(x.shape[2], x.shape[3]))
+        L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         wt = ws.buf("wt", (kh, kw, ci, co))
         wt[...] = weight.transpose(2, 3, 1, 0)
         conv2d_forward_positions(
@@ -41,7 +41,7 @@ class PositionsPlan(CpuConvPlan):
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
-        L = math.prod(self.out_hw(x.shape[2], x.shape[3]))
+        L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         group = group_size(g, L)
         wk = ws.buf("wk", (co, kh, kw, ci))
         wk[...] = weight.transpose(0, 2, 3, 1)

@@ -12,12 +12,10 @@ class DirectPlan(ConvPlan):
     fuses_pool = False
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
-        (kh, kw), (sh, sw), (ph, pw) = self.geometry.kernel, self.geometry.stride, self.geometry.padding
-        n, _, h, w = x.shape
-        y = ws.buf("y", (n, self.geometry.out_channels, (h + 2 * ph - kh) // sh + 1,
-                         (w + 2 * pw - kw) // sw + 1))
+        g = self.geometry
+        y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
         ws["x"] = x  # the backward reads the input directly (no im2col cache)
-        conv2d_forward(y, x, weight, bias, sh, sw, ph, pw, relu)
+        conv2d_forward(y, x, weight, bias, *g.stride, *g.padding, relu)
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
