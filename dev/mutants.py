@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @dataclass
 class Mutant:
     name: str
-    path: str  # relative to the repository root
+    path: str | tuple[str, ...]  # relative to the repository root; the same change in each
     old: str
     new: str
     tests: list[str]  # pytest arguments, relative to the copy
@@ -72,7 +72,8 @@ MUTANTS = [
       "dst[ox] = src[ox] if (not relu or yr[ox] > zero) else zero", "dst[ox] = src[ox]",
       ["tests/test_gradients.py", "-k", "every_path"]),
     # reductions and determinism
-    M("chunk size follows the thread count (reduction order changes with threads)", "numbacnn/layers.py",
+    M("chunk size follows the thread count (reduction order changes with threads)",
+      tuple(K + f for f in ("_plan.py", "plan_wide.py", "plan_positions.py", "plan_gemm.py")),
       "_config.CHUNK", "max(1, 16 // _config.get_num_threads())",
       ["tests/test_network.py", "-k", "threads"], replace_all=True),
     M("fast-math contract and approximations: cached kernels differ from fresh ones", "numbacnn/_config.py",
@@ -166,14 +167,16 @@ def _run_one(m: Mutant | None, args: list[str], timeout: float) -> tuple[int, st
         copy = os.path.join(tmp, "repo")
         _copy_tree(copy)
         if m is not None:
-            path = os.path.join(copy, m.path)
-            with open(path) as f:
-                src = f.read()
-            if m.old not in src:
-                return -2, "the mutant's text is no longer in the source"
-            with open(path, "w") as f:
-                f.write(src.replace(m.old, m.new) if m.replace_all else src.replace(m.old, m.new, 1))
-            if m.path.startswith("numbacnn/kernels/"):
+            paths = (m.path,) if isinstance(m.path, str) else m.path
+            for rel in paths:
+                path = os.path.join(copy, rel)
+                with open(path) as f:
+                    src = f.read()
+                if m.old not in src:
+                    return -2, f"the mutant's text is no longer in {rel}"
+                with open(path, "w") as f:
+                    f.write(src.replace(m.old, m.new) if m.replace_all else src.replace(m.old, m.new, 1))
+            if any(rel.startswith("numbacnn/kernels/") for rel in paths):
                 for cached in glob.glob(os.path.join(copy, "numbacnn", "kernels", "**", "*.nb[ic]"),
                                         recursive=True):
                     os.remove(cached)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import numba
 
@@ -43,15 +44,28 @@ def _compile_at_kernel_opt(compile_sig):
     return compile
 
 
+NO_CACHE_WARNING = (
+    "numbacnn: no writable cache directory for numba (the package's directory and the user cache are "
+    "read-only), so every process compiles the kernels again (20-30 s); set NUMBA_CACHE_DIR to a "
+    "writable directory to cache them")
+
+
 def kernel(parallel: bool = True, fastmath: bool = True):
     """Decorator for CPU kernels: ``njit`` with the project's cache/parallel/fastmath flags,
-    compiled at KERNEL_OPT."""
-    jit = numba.njit(
-        cache=_CACHE, parallel=parallel, nogil=True, fastmath=set(FASTMATH) if fastmath else False
-    )
+    compiled at KERNEL_OPT. Where numba finds no writable cache directory (a read-only install
+    without NUMBA_CACHE_DIR), kernels compile in memory, after one warning."""
+    flags = dict(parallel=parallel, nogil=True, fastmath=set(FASTMATH) if fastmath else False)
 
     def decorate(func):
-        dispatcher = jit(func)
+        global _CACHE
+        try:
+            dispatcher = numba.njit(cache=_CACHE, **flags)(func)
+        except RuntimeError as e:  # numba: "cannot cache function ...: no locator available"
+            if "no locator available" not in str(e):
+                raise
+            warnings.warn(NO_CACHE_WARNING, RuntimeWarning, stacklevel=2)
+            _CACHE = False  # once: the other kernels compile in memory without asking again
+            dispatcher = numba.njit(cache=False, **flags)(func)
         if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
             dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
         return dispatcher

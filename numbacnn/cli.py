@@ -22,7 +22,7 @@ from .checkpoint import CheckpointError, atomic_write, check_writable, load_chec
 from .data import DataError, Dataset, load_dataset, stratified_split
 from .device import DeviceError
 from .optimizers import OPTIMIZERS, make_optimizer
-from .training import DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
+from .training import Callback, DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--resume", metavar="FILE.npz", help="continue training from a checkpoint")
     o.add_argument("--evaluate", metavar="FILE.npz",
                    help="only evaluate a checkpoint: accuracy and confusion matrix")
+    o.add_argument("--report", metavar="DIR",
+                   help="write a training report (DIR/index.html and PNG figures) at the end of "
+                   "training, or on Ctrl-C with what exists (needs numbacnn[plot])")
+    o.add_argument("--tensorboard", metavar="DIR",
+                   help="log each epoch's scalars and weight histograms for TensorBoard "
+                   "(needs numbacnn[tensorboard])")
     return p
 
 
@@ -142,6 +148,18 @@ def run(argv: list[str] | None = None) -> int:
                 check_writable(path)
             except OSError as e:
                 raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    if args.report and lead:
+        _check_report_dir(args.report)
+    board = None
+    if args.tensorboard and lead:
+        from .tensorboard import TensorBoardLogger
+
+        try:
+            board = TensorBoardLogger(args.tensorboard)
+        except ImportError as e:
+            raise UsageError(f"--tensorboard: {e}") from None
+        except OSError as e:
+            raise UsageError(f"--tensorboard: cannot write {args.tensorboard}: {e.strerror or e}") from None
 
     if args.evaluate:
         ck = _on_lead(dp, lambda: load_checkpoint(args.evaluate))
@@ -240,14 +258,37 @@ def run(argv: list[str] | None = None) -> int:
         print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
               f"{ds.input_shape}, {n_classes} classes; arch {arch}; {opt!r}; batch "
               f"{batch_size}; {ranks}{_config.get_num_threads()} threads")
+    first = _FirstEpochRouting(ds.x_test[:REPORT_BATCH]) if args.report and lead else None
+
+    def report() -> int:
+        """Write --report (rank 0); 0, or 1 after a one-line error: the model is never lost."""
+        if not (args.report and lead):
+            return 0
+        from .report import ReportError, write_report
+
+        info = {"dataset": ds.name, "architecture": arch, "optimizer": repr(opt), "batch size": batch_size,
+                "epochs": trainer.epoch, "test accuracy": (trainer.history or [{}])[-1].get("test_accuracy")}
+        try:
+            page = write_report(args.report, net, ds.x_test, ds.y_test, trainer.history,
+                                routing_first=first.stages if first else None, info=info)
+        except (ReportError, OSError, ValueError) as e:
+            kept = f"; the model is saved in {save_path}" if save_path else ""
+            print(f"train.py: error: the report failed: {e}{kept}", file=sys.stderr)
+            return 1
+        if not args.quiet:
+            print(f"report: {page}")
+        return 0
+
     t0 = time.perf_counter()
     try:
-        trainer.fit(x_tr, y_tr, epochs, ds.x_test, ds.y_test, x_val, y_val, checkpoint=checkpoint)
+        trainer.fit(x_tr, y_tr, epochs, ds.x_test, ds.y_test, x_val, y_val, checkpoint=checkpoint,
+                    callbacks=[cb for cb in (first, board) if cb is not None])
     except TrainingInterrupted as e:
         where = f"; resumable checkpoint saved to {save_path}" if save_path else " (no --save given)"
         if lead:
             print(f"train.py: {e} at epoch {trainer.epoch + 1}, step {trainer._step}{where}",
                   file=sys.stderr)
+            report()
         return _finish(dp, 128 + e.signum)
     except DivergenceError as e:
         if dp is None:
@@ -271,7 +312,40 @@ def run(argv: list[str] | None = None) -> int:
                    "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
-    return _finish(dp, 0)
+    return _finish(dp, report())
+
+
+REPORT_BATCH = 64  # test examples whose max-pool routing the report shows
+
+
+class _FirstEpochRouting(Callback):
+    """Keeps the max-pool routing of the report batch after the first epoch (the report shows how
+    much of it moved by the last)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+        self.stages: list[Any] | None = None
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
+        if trainer.epoch == 1:
+            from .analysis import routing
+
+            self.stages = routing(trainer.net, self.x)
+
+
+def _check_report_dir(path: str) -> None:
+    """Before training: matplotlib is there and the report directory can be written."""
+    from .report import ReportError, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except ReportError as e:
+        raise UsageError(f"--report: {e}") from None
+    try:
+        os.makedirs(path, exist_ok=True)
+        check_writable(os.path.join(path, "index.html"))
+    except OSError as e:
+        raise UsageError(f"--report: cannot write {path}: {e.strerror or e}") from None
 
 
 def _start_distributed(args) -> DataParallel | None:
@@ -325,16 +399,46 @@ def _check_shapes(net, ds: Dataset, path: str) -> None:
                               f"{ds.n_classes - 1}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_report(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn report CHECKPOINT --data PATH --out DIR``: the report of a saved model
+    (learning curves from the training history the checkpoint holds)."""
+    p = _Parser(prog="python -m numbacnn report", description="Write the training report of a checkpoint.")
+    p.add_argument("checkpoint", help="a checkpoint written by train.py --save")
+    p.add_argument("--data", help="the data it was trained on (default: the embedded digits)")
+    p.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
+    p.add_argument("--out", required=True, metavar="DIR", help="the report directory")
+    args = p.parse_args(argv)
+    for flag, path in (("checkpoint", args.checkpoint), ("--data", args.data)):
+        if path and path != "digits" and not os.path.exists(path):
+            raise UsageError(f"{flag}: {path}: no such file or directory")
+    _check_report_dir(args.out)
+    from .report import write_report
+
+    ck = load_checkpoint(args.checkpoint)
+    meta = ck.meta.get("training", {})
+    ds = load_dataset(args.data, labels=args.labels, test_size=meta.get("test_size", 0.2),
+                      seed=meta.get("seed", 0))
+    _check_shapes(ck.net, ds, args.checkpoint)
+    history = (meta.get("trainer") or {}).get("history")
+    info = {"checkpoint": args.checkpoint, "dataset": ds.name, "architecture": ck.net.architecture,
+            "epochs": len(history or [])}
+    print(f"report: {write_report(args.out, ck.net, ds.x_test, ds.y_test, history, info=info)}")
+    return 0
+
+
+def main(argv: list[str] | None = None, command: Callable[[list[str] | None], int] = run) -> int:
+    """Run ``command`` (training, or ``run_report``) with one-line errors and exit statuses."""
+    from .report import ReportError
+
     try:
-        return run(argv)
+        return command(argv)
     except UsageError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
     except ArchitectureError as e:
         print(f"train.py: error: --arch: {e}", file=sys.stderr)
         return 2
-    except (DataError, CheckpointError, DeviceError, DivergenceError) as e:
+    except (DataError, CheckpointError, DeviceError, DivergenceError, ReportError) as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, compiling)

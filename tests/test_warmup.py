@@ -86,3 +86,36 @@ def test_the_trainer_starts_the_warm_up_once(monkeypatch):
     tr = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=4, progress=False)
     tr.fit(x, np.arange(10) % 3, 2)
     assert calls == [(net, (1, 6, 6))]
+
+
+READ_ONLY_TRAIN = """
+import numpy as np, numbacnn as nc
+assert nc.__file__.startswith(sys.argv[1]), nc.__file__
+net = nc.build_network("conv(2,3),relu,maxpool(2),dense(8),relu", (1, 6, 6), 3, seed=0)
+tr = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=4, progress=False)
+tr.fit(np.random.default_rng(0).random((12, 1, 6, 6), dtype=np.float32), np.arange(12) % 3, 1)
+print("trained", tr.history[-1]["train_loss"])
+"""
+
+
+def test_no_writable_cache_directory_compiles_in_memory_after_one_warning(tmp_path):
+    """A read-only install (no writable __pycache__, no user cache, no NUMBA_CACHE_DIR) imports and
+    trains; numba would raise 'no locator available' at import. As root, read-only modes do not stop
+    writes, so __pycache__ is a file here and the user cache lies under a file: numba's same path."""
+    import shutil
+
+    pkg = tmp_path / "site"
+    shutil.copytree(os.path.join(ROOT, "numbacnn"), pkg / "numbacnn",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for d in [p for p in (pkg / "numbacnn").rglob("*") if p.is_dir()] + [pkg / "numbacnn"]:
+        (d / "__pycache__").write_text("not a directory")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(PYTHONPATH=str(pkg), HOME=str(blocker / "home"), XDG_CACHE_HOME=str(blocker / "cache"),
+               PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-c", "import sys\n" + READ_ONLY_TRAIN, str(pkg)], env=env,
+                       capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "trained" in r.stdout
+    assert r.stderr.count("RuntimeWarning") == 1 and "set NUMBA_CACHE_DIR" in r.stderr

@@ -56,6 +56,11 @@ class CpuConvPlan(ConvPlan):
         """dweight = the sum of the chunks' parts, in chunk order."""
         sum_chunks(dweight.reshape(-1), parts)
 
+    def plane_argmax(self, ws: Workspace) -> np.ndarray:
+        """The fused pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the conv's output
+        plane (the kernels store the index into their own GEMM rows)."""
+        return ws["pool_argmax"].astype(np.int64)
+
 
 def slots() -> int:
     """Rows of the per-thread workspaces: numba's largest thread id + 1."""

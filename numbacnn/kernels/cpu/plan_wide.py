@@ -36,6 +36,14 @@ class WidePlan(CpuConvPlan):
                             x, weight, bias, *g.padding, relu, *(pool or (0, 0)))
         return y
 
+    def plane_argmax(self, ws: Workspace) -> np.ndarray:
+        # the kernels index the wide rows (pitch Wp); the output plane has OW = Wp - KW + 1 columns
+        x = ws["x"]
+        wp = x.shape[3] + 2 * self.geometry.padding[1]
+        ow = wp - self.geometry.kernel[1] + 1
+        oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), wp)
+        return oy * ow + ox
+
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
         x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]

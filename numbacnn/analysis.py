@@ -1,0 +1,233 @@
+"""The arrays behind the training report, without matplotlib: max-pool gradient routing (which input
+positions win their windows, per example and across a batch, traced back to the input pixels), the
+worst examples, saliency, confusion, filters and feature maps. Each function takes a ``Sequential``
+or a fitted ``CNNClassifier`` (with raw X as the estimator takes it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .layers import AvgPool2D, Conv2D, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+from .network import Sequential, softmax_cross_entropy
+
+
+def as_net(model: Any, x: np.ndarray, y: np.ndarray | None = None
+           ) -> tuple[Sequential, np.ndarray, np.ndarray | None]:
+    """(network, (N, C, H, W) float32 images, class indices) for a Sequential or a fitted estimator."""
+    if isinstance(model, Sequential):
+        return model, np.ascontiguousarray(x, dtype=np.float32), None if y is None else np.asarray(y)
+    if not hasattr(model, "net_"):
+        raise ValueError("expected a numbacnn Sequential or a fitted CNNClassifier, got "
+                         f"{type(model).__name__}")
+    X, _ = model._validate_X(x, reset=False)
+    labels = None if y is None else model._encode(np.asarray(y))
+    return model.net_, model._images(X, model.input_shape_), labels
+
+
+def _eval_forward(net: Sequential, x: np.ndarray) -> np.ndarray:
+    """Forward in inference mode through every layer in one batch, keeping each layer's caches
+    (argmax, inputs) for ``routing`` and ``saliency``."""
+    h: Any = net.backend.asarray(net._check_x(x))
+    for layer in net.layers:
+        h = layer.forward(h, training=False)
+    return net.backend.to_host(h).copy()
+
+
+@dataclass
+class PoolRouting:
+    """How one max-pooling stage routes gradient, for a batch of examples.
+
+    ``argmax[n, c, oy, ox]`` is the flat index iy * W + ix, in example n's (C, H, W) feature map at the
+    pooling input, of the position that won window (oy, ox): the only position of that window that
+    receives gradient (ties to the first, as in the kernels)."""
+
+    layer: int  # index of the MaxPool2D in net.layers
+    name: str
+    fused: bool  # pooled inside the preceding convolution's kernels
+    in_shape: tuple[int, int, int]  # (C, H, W) at the pooling input
+    argmax: np.ndarray  # (N, C, OH, OW) int64
+    feature_maps: np.ndarray  # (N, C, H, W) the pooling input (after the fused ReLU when fused)
+
+    def winners(self, n: int) -> np.ndarray:
+        """(C, H, W) bool: positions of example n that won at least one window."""
+        c, h, w = self.in_shape
+        out = np.zeros((c, h * w), bool)
+        for ch in range(c):
+            out[ch, self.argmax[n, ch].ravel()] = True
+        return out.reshape(c, h, w)
+
+    def counts(self) -> np.ndarray:
+        """(C, H, W) int: for each position, the number of examples that route gradient to it."""
+        total = np.zeros(self.in_shape, np.int64)
+        for n in range(len(self.argmax)):
+            total += self.winners(n)
+        return total
+
+    def never_won(self) -> float:
+        """Share of the (channel, position) cells that won no window for any example of the batch."""
+        return float((self.counts() == 0).mean())
+
+
+def routing(model: Any, x: np.ndarray) -> list[PoolRouting]:
+    """The routing of every max-pooling stage (fused ones included) for the batch x."""
+    net, images, _ = as_net(model, x)
+    _eval_forward(net, images)
+    out, shape = [], tuple(images.shape[1:])
+    for i, layer in enumerate(net.layers):
+        in_shape = shape
+        shape = layer.output_shape(shape)
+        if not isinstance(layer, MaxPool2D):
+            continue
+        if layer.fused:  # the preceding Conv2D pooled in its epilogue
+            conv = net.layers[i - 2]
+            assert isinstance(conv, Conv2D)
+            ws = conv._buffers
+            arg = conv.plan.plane_argmax(ws)  # type: ignore[attr-defined]
+            maps = _conv_relu_output(conv)
+        else:
+            arg = net.backend.to_host(layer._buffers["argmax"]).astype(np.int64)
+            maps = None
+        out.append(PoolRouting(i, layer.name, layer.fused, in_shape,  # type: ignore[arg-type]
+                               arg, maps if maps is not None else _layer_input(net, i, images)))
+    return out
+
+
+def _layer_input(net: Sequential, i: int, images: np.ndarray) -> np.ndarray:
+    h: Any = net.backend.asarray(images)
+    for layer in net.layers[:i]:
+        h = layer.forward(h, training=False)
+    return np.array(net.backend.to_host(h))
+
+
+def _conv_relu_output(conv: Conv2D) -> np.ndarray:
+    """The full-size output of a fused conv + ReLU (its kernels only keep the pooled one), recomputed
+    with a copy of the layer that does not pool."""
+    twin = Conv2D(**conv.get_config())
+    twin.bind({"weight": conv.weight, "bias": conv.bias}, {"weight": conv.dweight, "bias": conv.dbias})
+    x = conv._buffers["x"]
+    return np.maximum(twin.forward(x), 0.0)
+
+
+def routing_change(before: list[PoolRouting], after: list[PoolRouting]) -> list[float]:
+    """Per pooling stage, the share of windows (over the batch) whose winner moved between two
+    routings of the same examples (e.g. after the first and the last epoch)."""
+    return [float((a.argmax != b.argmax).mean()) for a, b in zip(before, after)]
+
+
+def trace_to_input(model: Any, x: np.ndarray, n: int = 0,
+                   stages: list[PoolRouting] | None = None) -> list[np.ndarray]:
+    """For example n and each pooling stage, an (H, W) map over the input image: how many routed
+    paths from that stage's pooled outputs reach each input pixel, through the winners of that stage
+    and of every earlier pooling stage, the receptive fields of the convolutions and the windows of
+    average pools. Zero means the pixel gets no gradient through that stage's pooled outputs."""
+    net, images, _ = as_net(model, x)
+    stages = routing(net, images) if stages is None else stages
+    by_layer = {s.layer: s for s in stages}
+    shapes = [tuple(images.shape[1:])]
+    for layer in net.layers:
+        shapes.append(layer.output_shape(shapes[-1]))
+    maps = []
+    for stage in stages:
+        g = _through_pool(np.ones(stage.argmax.shape[1:], np.int64), stage, n)
+        for j in range(stage.layer - 1, -1, -1):
+            layer = net.layers[j]
+            if isinstance(layer, MaxPool2D):
+                g = _through_pool(g, by_layer[j], n)
+            elif isinstance(layer, (Conv2D, AvgPool2D)):
+                g = _receptive(g, shapes[j], layer.kernel_size, layer.stride, layer.padding,
+                               all_channels=isinstance(layer, Conv2D))
+            elif isinstance(layer, (ReLU, Tanh, Dropout, Flatten)):
+                g = g.reshape(shapes[j])
+            else:
+                raise ValueError(f"cannot trace routing through {layer!r}")
+        maps.append(g.sum(0))
+    return maps
+
+
+def _through_pool(g: np.ndarray, stage: PoolRouting, n: int) -> np.ndarray:
+    """Counts at a pooling stage's outputs (C, OH, OW) -> its input (C, H, W), each to its winner."""
+    c, h, w = stage.in_shape
+    out = np.zeros((c, h * w), np.int64)
+    for ch in range(c):
+        np.add.at(out[ch], stage.argmax[n, ch].ravel(), g[ch].ravel())
+    return out.reshape(c, h, w)
+
+
+def _receptive(g: np.ndarray, in_shape: tuple, k: tuple[int, int], s: tuple[int, int],
+               p: tuple[int, int], all_channels: bool) -> np.ndarray:
+    """Counts at a window layer's outputs -> every input cell of each output's window (summed over
+    the output channels and spread to every input channel for a convolution)."""
+    c, h, w = in_shape
+    (kh, kw), (sh, sw), (ph, pw) = k, s, p
+    oh, ow = g.shape[1:]
+    src = g.sum(0, keepdims=True) if all_channels else g
+    padded = np.zeros((src.shape[0], h + 2 * ph, w + 2 * pw), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            padded[:, ky:ky + sh * (oh - 1) + 1:sh, kx:kx + sw * (ow - 1) + 1:sw] += src
+    out = padded[:, ph:ph + h, pw:pw + w]
+    return np.repeat(out, c, axis=0) if all_channels else out
+
+
+def top_losses(model: Any, x: np.ndarray, y: np.ndarray, k: int = 16) -> dict[str, np.ndarray]:
+    """The k examples with the highest loss: their indices, losses, true and predicted classes and
+    the predicted class's probability (class indices; an estimator's labels are ``classes_[i]``)."""
+    net, images, labels = as_net(model, x, y)
+    assert labels is not None
+    logits = net.forward(images)
+    z = logits.astype(np.float64) - logits.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    losses = -logp[np.arange(len(labels)), labels]
+    order = np.argsort(-losses, kind="stable")[:k]
+    pred = logp.argmax(1)
+    return {"index": order, "loss": losses[order], "true": labels[order], "pred": pred[order],
+            "prob": np.exp(logp[order, pred[order]])}
+
+
+def saliency(model: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """dL/dx (N, C, H, W) of each example's own loss (inference mode: no dropout)."""
+    net, images, labels = as_net(model, x, y)
+    assert labels is not None
+    logits = _eval_forward(net, images)
+    _, d = softmax_cross_entropy(logits, labels)
+    g: Any = d * np.float32(len(labels))  # per-example losses, not their mean
+    for layer in reversed(net.layers):
+        g = layer.backward(g)
+    return np.array(net.backend.to_host(g))
+
+
+def most_confused(matrix: np.ndarray, k: int = 5) -> list[tuple[int, int, int]]:
+    """The k largest off-diagonal cells of a confusion matrix: (true, predicted, count)."""
+    m = np.array(matrix, np.int64)
+    np.fill_diagonal(m, 0)
+    flat = np.argsort(-m, axis=None, kind="stable")[:k]
+    return [(int(i), int(j), int(m[i, j])) for i, j in zip(*np.unravel_index(flat, m.shape)) if m[i, j] > 0]
+
+
+def first_layer_filters(model: Any) -> np.ndarray:
+    """The first convolution's weight (C_out, C_in, KH, KW)."""
+    net = model if isinstance(model, Sequential) else model.net_
+    for layer in net.layers:
+        if isinstance(layer, Conv2D):
+            return np.array(net.backend.to_host(layer.weight))
+    raise ValueError("the network has no convolution")
+
+
+def feature_maps(model: Any, x1: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """One example's (C, H, W) activations after each convolution stage (with its activation; a
+    fused pool shows as the pooling stage) and each pooling stage, named after the layer."""
+    net, images, _ = as_net(model, x1)
+    h: Any = net.backend.asarray(images[:1])
+    out = []
+    for i, layer in enumerate(net.layers):
+        h = layer.forward(h, training=False)
+        prev = net.layers[i - 1] if i else None
+        nxt = net.layers[i + 1] if i + 1 < len(net.layers) else None
+        conv_stage = (isinstance(layer, (ReLU, Tanh)) and isinstance(prev, Conv2D) and not prev.fused_pool) \
+            or (isinstance(layer, Conv2D) and not isinstance(nxt, (ReLU, Tanh)))
+        if (conv_stage or isinstance(layer, (MaxPool2D, AvgPool2D))) and np.ndim(h) == 4:
+            out.append((layer.name, np.array(net.backend.to_host(h))[0]))
+    return out
