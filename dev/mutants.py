@@ -107,8 +107,8 @@ MUTANTS = [
       'tmeta.get("data_fingerprint", fingerprint) != fingerprint', "False",
       ["tests/test_cli.py", "-k", "refuses"]),
     M("--evaluate reports the training split", "numbacnn/cli.py",
-      "loss, acc = evaluate(ck.net, ds.x_test, ds.y_test)",
-      "loss, acc = evaluate(ck.net, ds.x_train, ds.y_train)",
+      "loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)",
+      "loss, acc = evaluate(ck.net, ds.x_train, ds.y_train, parallel=dp)",
       ["tests/test_cli.py", "-k", "evaluate_prints"]),
     M("auto picks compact only below 16x16", "numbacnn/arch.py", "max(input_shape[1:]) <= 16",
       "max(input_shape[1:]) < 16", ["tests/test_cli.py", "-k", "auto_architecture"]),
@@ -125,6 +125,12 @@ MUTANTS = [
       ["tests/test_distributed.py", "-k", "compiles"]),
     M("pickles carry the gradient buffer", "numbacnn/network.py",
       '        state["grads"] = None', "        pass", ["tests/test_dask.py", "-k", "pickles"]),
+    # the report and the export
+    M("routing: the fused wide argmax converted with the output width as pitch", K + "plan_wide.py",
+      'oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), wp)',
+      'oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), ow)', ["tests/test_report.py", "-k", "oracle"]),
+    M("ONNX: average pooling excludes the padding", "numbacnn/onnx_export.py",
+      'kw["count_include_pad"] = 1', 'kw["count_include_pad"] = 0', ["tests/test_onnx.py"]),
     # data, layers, estimator
     M("fractional labels truncated to integers", "numbacnn/data/__init__.py",
       "if not np.isfinite(y).all() or (y != np.round(y)).any():", "if not np.isfinite(y).all():",

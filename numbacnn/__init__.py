@@ -5,6 +5,7 @@ from .checkpoint import CheckpointError, load, load_checkpoint, save
 from .data import DataError, Dataset, load_dataset
 from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
 from .network import Sequential, softmax_cross_entropy
+from .onnx_export import export_onnx
 from .optimizers import SGD, Adam, Optimizer, RMSProp, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 
@@ -25,5 +26,5 @@ __all__ = [
     "load_dataset", "parse_architecture", "save",
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
-    "set_num_threads", "softmax_cross_entropy",
+    "set_num_threads", "softmax_cross_entropy", "export_onnx",
 ]

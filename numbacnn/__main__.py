@@ -1,9 +1,12 @@
-"""``python -m numbacnn``: the training command line (same as train.py); ``python -m numbacnn report
-CHECKPOINT --data PATH --out DIR``: the training report of a saved model."""
+"""``python -m numbacnn``: the training command line (same as train.py);
+``python -m numbacnn report CHECKPOINT --data PATH --out DIR``: the training report of a saved model;
+``python -m numbacnn export CHECKPOINT OUT.onnx``: the saved network as an ONNX model."""
 import sys
 
-from .cli import main, run_report
+from .cli import main, run_export, run_report
 
-if sys.argv[1:2] == ["report"]:
-    raise SystemExit(main(sys.argv[2:], command=run_report))
+COMMANDS = {"report": run_report, "export": run_export}
+
+if sys.argv[1:2] and sys.argv[1] in COMMANDS:
+    raise SystemExit(main(sys.argv[2:], command=COMMANDS[sys.argv[1]]))
 raise SystemExit(main())

@@ -4,7 +4,8 @@ Trains and runs inference on lenet5 and mnistcnn (28x28x1 inputs, 10 classes) fo
 and thread counts, and prints images/second, achieved GFLOP/s, the fraction of the float32 matmul
 peak (numpy `@`, measured beside each configuration's timed blocks, once per round: the machine's
 speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured in
-interleaved blocks (ours, theirs, ours, ...) with the median ratio. Also reports the JIT compile time
+interleaved blocks (ours, theirs, ours, ...) with the median ratio, and onnxruntime's inference of the
+exported model when it is importable (same weights, batch and threads). Also reports the JIT compile time
 from an empty cache, the warm-cache time to the first step, and peak training memory.
 """
 from __future__ import annotations
@@ -162,6 +163,24 @@ class _Torch:
             self.net(self.x.to(self.device)).cpu()  # numbacnn returns host logits too
 
 
+class _OnnxRuntime:
+    """numbacnn's exported model in onnxruntime (CPU), the inference peer."""
+
+    def __init__(self, net, batch: int, threads: int) -> None:
+        import onnxruntime as ort
+
+        from .onnx_export import to_onnx
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        self.session = ort.InferenceSession(to_onnx(net).SerializeToString(), opts,
+                                            providers=["CPUExecutionProvider"])
+        self.x = np.random.default_rng(0).random((batch,) + tuple(net.input_shape), dtype=np.float32)
+
+    def infer(self) -> None:
+        self.session.run(None, {"input": self.x})
+
+
 def _quartiles(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:.2f}, {values[0]:.2f}"
@@ -178,7 +197,7 @@ def _set_threads(n: int | None, torch_mod=None) -> None:
 
 
 def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: float,
-                 use_torch: bool, device: str = "cpu") -> dict[str, Any]:
+                 use_torch: bool, device: str = "cpu", use_onnx: bool = False) -> dict[str, Any]:
     """Interleaved timing of one (net, batch, threads) configuration.
 
     On "cuda" every step returns host logits (numbacnn) or synchronises (PyTorch), so the blocks
@@ -186,6 +205,7 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     ours = _Ours(net_name, batch, device)
     theirs = _Torch(ours.net, batch, device) if use_torch else None
     _set_threads(threads, theirs.torch if theirs else None)
+    onnx_rt = _OnnxRuntime(ours.net, batch, threads) if use_onnx and device == "cpu" else None
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
                            "flops_forward_per_image": fwd, "flops_train_per_image": train}
@@ -194,6 +214,8 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
         fns = [getattr(ours, "train_step" if mode == "train" else "infer")]
         if theirs:
             fns.append(getattr(theirs, "train_step" if mode == "train" else "infer"))
+        if onnx_rt and mode == "infer":
+            fns.append(onnx_rt.infer)
         for f in fns:  # warm up (compiles, allocates)
             f()
             f()
@@ -210,6 +232,9 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
         if theirs:
             res[f"torch_{mode}_img_s"] = statistics.median(samples[1])
             res[f"{mode}_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[1]))
+        if onnx_rt and mode == "infer":
+            res["onnx_infer_img_s"] = statistics.median(samples[-1])
+            res["onnx_infer_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[-1]))
     res["matmul_peak_gflops"] = statistics.median(peaks)
     res["train_fraction_of_peak"] = res["train_gflops"] / res["matmul_peak_gflops"]
     return res
@@ -300,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scaling-rounds", type=int, default=11,
                    help="interleaved 1-thread/N-thread rounds for the speed-up (median reported)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
+    p.add_argument("--no-onnx", action="store_true", help="skip onnxruntime even if importable")
     p.add_argument("--no-startup", action="store_true", help="skip compile-time/memory runs")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: numbacnn's numba.cuda kernels against PyTorch on the same GPU")
@@ -323,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
             use_torch = True
         except ImportError:
             print("PyTorch not importable: numbacnn numbers only")
+    use_onnx = False
+    if not args.no_onnx and args.device == "cpu":
+        try:
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+            use_onnx = True
+        except ImportError:
+            print("onnxruntime not importable (pip install numbacnn[onnx]): no ONNX inference peer")
     nets = args.nets.split(",")
     batches = [int(b) for b in args.batches.split(",")]
     peaks = {t: matmul_peak(t) for t in threads}
@@ -337,11 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     head += f" | {'infer img/s':>11} {'GFLOP/s':>7}"
     if use_torch:
         head += f" | {'torch train':>11} {'ratio':>5} | {'torch infer':>11} {'ratio':>5}"
+    if use_onnx:
+        head += f" | {'onnxrt infer':>12} {'ratio':>5}"
     print(head)
     for net in nets:
         for b in batches:
             for t in threads:
-                r = bench_config(net, b, t, args.rounds, args.block, use_torch, args.device)
+                r = bench_config(net, b, t, args.rounds, args.block, use_torch, args.device, use_onnx)
                 results.append(r)
                 line = (f"{net:9} {b:5d} {t:3d} | {r['train_img_s']:11.0f} {r['train_gflops']:7.1f} "
                         f"{100 * r['train_fraction_of_peak']:5.1f} | {r['infer_img_s']:11.0f} "
@@ -349,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                 if use_torch:
                     line += (f" | {r['torch_train_img_s']:11.0f} {r['train_ratio']:5.2f} | "
                              f"{r['torch_infer_img_s']:11.0f} {r['infer_ratio']:5.2f}")
+                if use_onnx:
+                    line += f" | {r['onnx_infer_img_s']:12.0f} {r['onnx_infer_ratio']:5.2f}"
                 print(line, flush=True)
     _config.set_num_threads(None)
     scaling: dict[str, dict[int, float]] = {}

@@ -426,6 +426,32 @@ def run_report(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_export(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn export CHECKPOINT OUT.onnx``: the saved network as an ONNX model."""
+    p = _Parser(prog="python -m numbacnn export", description="Export a checkpoint's network to ONNX.")
+    p.add_argument("checkpoint", help="a checkpoint written by train.py --save or nc.save")
+    p.add_argument("out", help="the .onnx file to write")
+    args = p.parse_args(argv)
+    if not os.path.exists(args.checkpoint):
+        raise UsageError(f"checkpoint: {args.checkpoint}: no such file or directory")
+    try:
+        check_writable(args.out)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    from .onnx_export import to_onnx
+
+    net = load_checkpoint(args.checkpoint).net
+    try:
+        proto = to_onnx(net)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    atomic_write(args.out, lambda f: f.write(proto.SerializeToString()))
+    shape = tuple(net.input_shape or ())
+    print(f"{args.out}: input 'input' (N, {', '.join(map(str, shape))}) float32, output "
+          f"'logits' (N, {net.output_shape(shape)[0]})")
+    return 0
+
+
 def main(argv: list[str] | None = None, command: Callable[[list[str] | None], int] = run) -> int:
     """Run ``command`` (training, or ``run_report``) with one-line errors and exit statuses."""
     from .report import ReportError

@@ -1,0 +1,129 @@
+"""ONNX export of a ``Sequential`` or a fitted ``CNNClassifier``, built with the ``onnx`` package's helper
+API (the [onnx] extra; never needed at import).
+
+Every layer maps to its standard operator: Conv (strides, pads), MaxPool, AveragePool (counting the
+zero padding, as the layer does), Gemm, Relu, Tanh, Flatten; Dropout disappears (inference). Weights
+keep their ``state_dict`` names. A network's graph takes "input" (N, C, H, W) float32 and returns
+"logits" (N, K). An estimator's graph takes the rows the estimator takes, flattened to (N, C*H*W)
+float32 features, applies its scaling and reshape, and returns "probabilities" (N, K) equal to
+``predict_proba``; column k is the class ``classes_[k]``, listed in the model's metadata ("classes",
+JSON).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+from .network import Sequential
+
+EXTRA = "pip install numbacnn[onnx]"
+OPSET = 17
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError(f"ONNX export needs the onnx package: {EXTRA}") from None
+    return onnx
+
+
+class _Helpers:
+    def __init__(self, onnx: Any) -> None:
+        self.make_node = onnx.helper.make_node
+        self.from_array = onnx.numpy_helper.from_array
+
+
+def _pads(p: tuple[int, int]) -> list[int]:
+    return [p[0], p[1], p[0], p[1]]  # ONNX: begins of every axis, then ends
+
+
+def _network_nodes(net: Sequential, x: str, onnx: Any) -> tuple[list, list, str]:
+    """ONNX nodes and initializers computing net on tensor ``x``; returns (nodes, inits, output)."""
+    nodes, inits = [], []
+    weights = net.state_dict()
+    h = _Helpers(onnx)
+    for i, layer in enumerate(net.layers):
+        out = f"h{i}"
+        if isinstance(layer, Conv2D):
+            inits += [h.from_array(weights[f"{i}.weight"], f"{i}.weight"),
+                      h.from_array(weights[f"{i}.bias"], f"{i}.bias")]
+            nodes.append(h.make_node("Conv", [x, f"{i}.weight", f"{i}.bias"], [out], name=f"conv{i}",
+                                     kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
+                                     pads=_pads(layer.padding)))
+        elif isinstance(layer, Dense):
+            inits += [h.from_array(weights[f"{i}.weight"], f"{i}.weight"),
+                      h.from_array(weights[f"{i}.bias"], f"{i}.bias")]
+            nodes.append(h.make_node("Gemm", [x, f"{i}.weight", f"{i}.bias"], [out], name=f"dense{i}",
+                                     transB=1))
+        elif isinstance(layer, (MaxPool2D, AvgPool2D)):
+            kw: dict[str, Any] = dict(kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
+                                      pads=_pads(layer.padding))
+            if isinstance(layer, AvgPool2D):
+                kw["count_include_pad"] = 1
+            op = "MaxPool" if isinstance(layer, MaxPool2D) else "AveragePool"
+            nodes.append(h.make_node(op, [x], [out], name=f"pool{i}", **kw))
+        elif isinstance(layer, (ReLU, Tanh)):
+            op = "Relu" if isinstance(layer, ReLU) else "Tanh"
+            nodes.append(h.make_node(op, [x], [out], name=f"act{i}"))
+        elif isinstance(layer, Flatten):
+            nodes.append(h.make_node("Flatten", [x], [out], name=f"flatten{i}", axis=1))
+        elif isinstance(layer, Dropout):
+            continue  # identity at inference
+        else:
+            raise ValueError(f"no ONNX operator for {layer!r}")
+        x = out
+    return nodes, inits, x
+
+
+def to_onnx(model: Any) -> Any:
+    """The ``onnx.ModelProto`` of a Sequential or a fitted CNNClassifier (checked by onnx.checker)."""
+    onnx = _onnx()
+    h, T = onnx.helper, onnx.TensorProto
+    if isinstance(model, Sequential):
+        if model.input_shape is None:
+            raise ValueError("the network does not know its input shape: set net.input_shape = (C, H, W)")
+        c, hh, ww = model.input_shape
+        nodes, inits, out = _network_nodes(model, "input", onnx)
+        nodes.append(h.make_node("Identity", [out], ["logits"], name="output"))
+        k = model.output_shape(model.input_shape)[0]
+        graph = h.make_graph(nodes, "numbacnn",
+                             [h.make_tensor_value_info("input", T.FLOAT, ["N", c, hh, ww])],
+                             [h.make_tensor_value_info("logits", T.FLOAT, ["N", k])], inits)
+        meta: dict[str, str] = {"architecture": str(model.architecture)}
+    elif hasattr(model, "net_"):
+        net = model.net_
+        shape = tuple(model.input_shape_)
+        nums = onnx.numpy_helper
+        inits = [nums.from_array(np.array([model.x_mean_], np.float32), "x_mean"),
+                 nums.from_array(np.array([1.0 / model.x_scale_], np.float32), "x_inv_scale"),
+                 nums.from_array(np.array((-1,) + shape, np.int64), "image_shape")]
+        nodes = [h.make_node("Sub", ["X", "x_mean"], ["centred"], name="centre"),
+                 h.make_node("Mul", ["centred", "x_inv_scale"], ["scaled"], name="scale"),
+                 h.make_node("Reshape", ["scaled", "image_shape"], ["images"], name="to_images")]
+        more, more_inits, out = _network_nodes(net, "images", onnx)
+        nodes += more + [h.make_node("Softmax", [out], ["probabilities"], name="softmax", axis=1)]
+        graph = h.make_graph(nodes, "numbacnn_classifier",
+                             [h.make_tensor_value_info("X", T.FLOAT, ["N", int(np.prod(shape))])],
+                             [h.make_tensor_value_info("probabilities", T.FLOAT, ["N", len(model.classes_)])],
+                             inits + more_inits)
+        meta = {"architecture": str(net.architecture),
+                "classes": json.dumps([c.item() if hasattr(c, "item") else str(c) for c in model.classes_])}
+    else:
+        raise ValueError("expected a numbacnn Sequential or a fitted CNNClassifier, got "
+                         f"{type(model).__name__}")
+    proto = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], producer_name="numbacnn")
+    for key, value in meta.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def export_onnx(model: Any, path: str) -> None:
+    """Write ``to_onnx(model)`` to ``path``."""
+    onnx = _onnx()
+    onnx.save_model(to_onnx(model), path)

@@ -1,0 +1,81 @@
+"""ONNX export checked by onnx.checker and run by onnxruntime against numbacnn's own forward."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+import numbacnn as nc
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ARCHS = [  # (spec, input shape): strides, paddings, same, overlapping and padded pools, avgpool, tanh
+    ("conv(4,3,stride=2,padding=1),relu,maxpool(3,stride=1,padding=1),conv(8,3,padding=same),tanh,"
+     "avgpool(3,stride=2,padding=1),dense(16),relu,dropout(0.3)", (2, 13, 11)),
+    ("mnistcnn", (1, 28, 28)),
+    ("lenet5", (1, 28, 28)),
+    ("conv(6,5,padding=2),tanh,avgpool(2),conv(16,(3,5),stride=(1,2)),relu,maxpool((3,2),stride=(2,1)),"
+     "dense(20)", (3, 16, 15)),
+]
+
+
+def _run(proto, feeds):
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("spec,shape", ARCHS)
+def test_onnxruntime_matches_the_network(tmp_path, rng, spec, shape):
+    net = nc.build_network(spec, shape, 7, seed=0)
+    path = str(tmp_path / "m.onnx")
+    nc.export_onnx(net, path)
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.initializer] == list(net.state_dict())  # state_dict names
+    x = rng.standard_normal((5,) + shape).astype(np.float32)
+    np.testing.assert_allclose(_run(model, {"input": x}), net.forward(x), rtol=1e-5, atol=1e-5)
+
+
+def test_estimator_graph_takes_raw_rows_and_returns_predict_proba(rng):
+    from sklearn.datasets import load_digits
+
+    from numbacnn.onnx_export import to_onnx
+
+    X, y = load_digits(return_X_y=True)
+    names = np.array(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
+    clf = nc.CNNClassifier(max_epochs=2, random_state=0).fit(X, names[y])
+    proto = to_onnx(clf)
+    onnx.checker.check_model(proto)
+    proba = _run(proto, {"X": X.astype(np.float32)})
+    np.testing.assert_allclose(proba, clf.predict_proba(X), rtol=1e-5, atol=1e-5)
+    classes = json.loads({p.key: p.value for p in proto.metadata_props}["classes"])
+    np.testing.assert_array_equal(np.array(classes)[proba.argmax(1)], clf.predict(X))
+
+
+def test_export_command_from_a_checkpoint(tmp_path):
+    ck, out = str(tmp_path / "ck.npz"), str(tmp_path / "m.onnx")
+    net = nc.build_network("conv(4,3),relu,maxpool(2),dense(8)", (1, 8, 8), 3, seed=0)
+    nc.save(net, ck)
+    r = subprocess.run([sys.executable, "-m", "numbacnn", "export", ck, out], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    np.testing.assert_allclose(_run(onnx.load(out), {"input": x}), net.forward(x), rtol=1e-5, atol=1e-5)
+    r = subprocess.run([sys.executable, "-m", "numbacnn", "export", str(tmp_path / "none.npz"), out],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2 and "no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_export_without_the_extra_names_it(tmp_path):
+    ck = str(tmp_path / "ck.npz")
+    nc.save(nc.build_network("dense(4)", (1, 4, 4), 2, seed=0), ck)
+    hide = ("import sys; sys.modules['onnx'] = None; from numbacnn.cli import main, run_export; "
+            "sys.exit(main(sys.argv[1:], command=run_export))")
+    r = subprocess.run([sys.executable, "-c", hide, ck, str(tmp_path / "m.onnx")], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, env=dict(os.environ))
+    assert r.returncode == 2 and "pip install numbacnn[onnx]" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
