@@ -5,12 +5,14 @@ import math
 import os
 import threading
 from contextlib import contextmanager
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from . import _config
 from .arch import DEFAULT_ARCH, build_network
@@ -64,7 +66,7 @@ def _threads(n: int | None):
             _active -= 1
 
 
-class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
+class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """Convolutional network classifier trained with numbacnn's Numba kernels.
 
     Parameters
@@ -93,6 +95,9 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     validation_fraction, n_iter_no_change, tol :
         See early_stopping; without it, training stops when the training loss has not
         improved by ``tol`` for ``n_iter_no_change`` epochs.
+    class_weight : "balanced", dict {label: weight} or None
+        Weights of the classes in the loss (multiplied with ``sample_weight``); "balanced" uses
+        n_samples / (n_classes * count(class)).
     warm_start : bool
         Continue from the previous fit's weights.
     verbose : int
@@ -108,8 +113,8 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  batch_size: int = 32, max_epochs: int = 20, shuffle: bool = True,
                  random_state: int | None = None, early_stopping: bool = False,
                  validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
-                 warm_start: bool = False, verbose: int = 0, n_threads: int | None = None,
-                 device: str = "cpu") -> None:
+                 class_weight: str | dict | None = None, warm_start: bool = False, verbose: int = 0,
+                 n_threads: int | None = None, device: str = "cpu") -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -123,6 +128,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.class_weight = class_weight
         self.warm_start = warm_start
         self.verbose = verbose
         self.n_threads = n_threads
@@ -164,20 +170,44 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         x *= np.float32(1.0 / self.x_scale_)
         return x
 
+    _parameter_constraints: dict = {
+        "architecture": [str],
+        "input_shape": [tuple, list, None],
+        "optimizer": [StrOptions({"sgd", "adam", "rmsprop"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "momentum": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "shuffle": ["boolean"],
+        "random_state": ["random_state"],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "class_weight": [StrOptions({"balanced"}), dict, None],
+        "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+        "n_threads": [Interval(Integral, 1, None, closed="left"), None],
+        "device": [StrOptions({"cpu", "cuda"})],
+    }
+
     def _check_params(self) -> None:
-        def positive_int(name):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("batch_size", "max_epochs", "n_iter_no_change"):
-            positive_int(name)
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction!r}")
-        if self.optimizer not in ("sgd", "adam", "rmsprop"):
-            raise ValueError(f"optimizer must be 'sgd', 'adam' or 'rmsprop', got {self.optimizer!r}")
+        self._validate_params()  # scikit-learn's checks of _parameter_constraints
         check_device(self.device)
+
+    def _example_weights(self, y: np.ndarray, sample_weight) -> np.ndarray | None:
+        """Per-example weights (sample_weight x class_weight), or None when all are 1."""
+        if sample_weight is None and self.class_weight is None:
+            return None
+        w = _check_sample_weight(sample_weight, np.empty((len(y), 1)), dtype=np.float64)
+        if isinstance(self.class_weight, dict):
+            w = w * np.array([float(self.class_weight.get(c, 1.0)) for c in self.classes_])[y]
+        elif self.class_weight == "balanced":  # n / (classes present * count), as scikit-learn's
+            counts = np.bincount(y, minlength=len(self.classes_))
+            w = w * (len(y) / (np.count_nonzero(counts) * np.maximum(counts, 1)))[y]
+        if np.any(w < 0):
+            raise ValueError("sample weights must be non-negative")
+        return w
 
     # --- fitting ----------------------------------------------------------------------------------
     def _init_model(self, shape, n_classes: int, rng: np.random.Generator) -> None:
@@ -198,9 +228,16 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size, seed=seed,
                                 progress=self.verbose > 0, shuffle=self.shuffle)
 
-    def _set_scaling(self, X: np.ndarray) -> None:
-        std = float(np.std(X, dtype=np.float64))
-        self.x_mean_ = float(np.mean(X, dtype=np.float64))
+    def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
+        """One mean and std over all pixels; with sample weights, rows count by their weight (as
+        if repeated)."""
+        if w is None:
+            std = float(np.std(X, dtype=np.float64))
+            self.x_mean_ = float(np.mean(X, dtype=np.float64))
+        else:
+            rows = X.reshape(len(X), -1).astype(np.float64)
+            self.x_mean_ = float(np.average(rows.mean(1), weights=w))
+            std = float(np.sqrt(np.average(((rows - self.x_mean_) ** 2).mean(1), weights=w)))
         self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
 
     classes_: np.ndarray
@@ -213,11 +250,15 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             raise ValueError(f"y contains labels not seen in classes_: {unknown[:5].tolist()}")
         return idx.astype(np.int64)
 
-    def fit(self, X, y) -> CNNClassifier:
-        """Train on X (n_samples, n_features) or image arrays, y any hashable labels."""
+    def fit(self, X, y, sample_weight=None) -> CNNClassifier:
+        """Train on X (n_samples, n_features) or image arrays, y any hashable labels.
+
+        ``sample_weight`` (n_samples,) weights each example's loss (a weighted mean per batch, times
+        ``class_weight``); rows of weight 0 are left out, exactly as if they were not there."""
         self._check_params()
         warm = self.warm_start and hasattr(self, "net_")
         X, y = self._validate_X(X, reset=not warm, y=y)
+        X, y, sample_weight = _drop_zero_weights(X, y, sample_weight)
         check_classification_targets(y)
         classes = np.unique(y)
         if len(classes) < 2:
@@ -228,33 +269,40 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             raise ValueError("warm_start needs the same input shape and classes as the previous fit")
         self.classes_ = classes
         rng = np.random.default_rng(self.random_state)
+        y_all = self._encode(y)
+        weights = self._example_weights(y_all, sample_weight)
         if not warm:
             self._init_model(shape, len(classes), rng)
-            self._set_scaling(X)
-        x_all, y_all = self._images(X, shape), self._encode(y)
+            self._set_scaling(X, weights)
+        x_all = self._images(X, shape)
         with _threads(self.n_threads):
             self.n_threads_ = _config.get_num_threads()
-            self._fit_epochs(x_all, y_all, rng)
+            self._fit_epochs(x_all, y_all, weights, rng)
         return self
 
-    def _fit_epochs(self, x, y, rng) -> None:
+    def _fit_epochs(self, x, y, w, rng) -> None:
         x_val = y_val = None
-        if self.early_stopping:
-            x, x_val, y, y_val = stratified_split(x, y, self.validation_fraction,
-                                                  int(rng.integers(2**31)))
+        if self.early_stopping:  # split indices, so that the weights follow their rows
+            tr, val, _, _ = stratified_split(np.arange(len(y)), y, self.validation_fraction,
+                                             int(rng.integers(2**31)))
+            x, x_val, y, y_val = x[tr], x[val], y[tr], y[val]
+            w = None if w is None else w[tr]
             self.validation_scores_: list[float] = []
             self.best_validation_score_ = -np.inf
         self._trainer.fit(x, y, self._trainer.epoch + self.max_epochs, x_val=x_val, y_val=y_val,
-                          callbacks=[_Stopping(self)])
+                          callbacks=[_Stopping(self)], sample_weight=w)
 
-    def partial_fit(self, X, y, classes=None) -> CNNClassifier:
-        """One epoch over (X, y); ``classes`` (all labels) is required on the first call."""
+    def partial_fit(self, X, y, classes=None, sample_weight=None) -> CNNClassifier:
+        """One epoch over (X, y); ``classes`` (all labels) is required on the first call, labels
+        outside them are refused later, and the optimizer state (momentum, Adam's moments, step
+        count) carries over between calls. ``sample_weight`` as in ``fit``."""
         first = not hasattr(self, "net_")
         if first:
             self._check_params()
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit")
         X, y = self._validate_X(X, reset=first, y=y)
+        X, y, sample_weight = _drop_zero_weights(X, y, sample_weight)
         check_classification_targets(y)
         if first:
             self.classes_ = np.unique(np.asarray(classes))
@@ -263,7 +311,7 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                                  f"{len(self.classes_)} class")
             self._init_model(self._resolve_shape(X), len(self.classes_),
                              np.random.default_rng(self.random_state))
-            self._set_scaling(X)
+            self._set_scaling(X, self._example_weights(self._encode(y), sample_weight))
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {np.unique(classes)} differ from the first call's {self.classes_}")
         elif not hasattr(self, "_trainer"):  # unpickled after a fit without warm_start: the
@@ -271,10 +319,12 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             rng.integers(2**31)
             self._make_trainer(int(rng.integers(2**31)))
         self._continues = True  # pickles keep the optimizer state from now on
+        labels = self._encode(y)
         with _threads(self.n_threads):
             self.n_threads_ = _config.get_num_threads()
-            self._trainer.fit(self._images(X, self.input_shape_), self._encode(y),
-                              self._trainer.epoch + 1, callbacks=[_Stopping(self, stop=False)])
+            self._trainer.fit(self._images(X, self.input_shape_), labels, self._trainer.epoch + 1,
+                              callbacks=[_Stopping(self, stop=False)],
+                              sample_weight=self._example_weights(labels, sample_weight))
         return self
 
     # --- prediction ---------------------------------------------------------------------------
@@ -296,6 +346,22 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         logits = self._logits(X)
         return self.classes_[np.argmax(logits, axis=1)]
 
+    def transform(self, X) -> np.ndarray:
+        """The learned features of X: the last hidden layer's output, the input of the final dense
+        layer, (n_samples, n_features_out) float32; for pipelines that put another model on top."""
+        check_is_fitted(self, "net_")
+        X, _ = self._validate_X(X, reset=False)
+        images = self._images(X, self.input_shape_)
+        net = self.net_
+        with _threads(self.n_threads):
+            parts = []
+            for lo in range(0, len(images), 256):
+                h = net.backend.asarray(images[lo:lo + 256])
+                for layer in net.layers[:-1]:
+                    h = layer.forward(h, training=False)
+                parts.append(np.array(net.backend.to_host(h)).reshape(len(h), -1))
+        return np.concatenate(parts)
+
     def __getstate__(self) -> dict[str, Any]:
         # weights and settings travel; the optimizer's state (momentum, Adam's moments, step count)
         # only where a later fit continues from it (warm_start, partial_fit)
@@ -311,7 +377,21 @@ class CNNClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         # a fixed random_state gives the same bits on every run and any thread count (tested), which
         # is what scikit-learn's consistency checks fix before they compare fits
         tags.non_deterministic = False
+        tags.transformer_tags.preserves_dtype = []  # transform: float32 learned features
         return tags
+
+
+def _drop_zero_weights(X, y, sample_weight):
+    """Leave out the rows of weight 0 (exactly as if they were not given)."""
+    if sample_weight is None:
+        return X, y, None
+    w = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    if np.any(w < 0):
+        raise ValueError("sample weights must be non-negative")
+    keep = w > 0
+    if not keep.any():
+        raise ValueError("every sample weight is 0: nothing to train on")
+    return X[keep], np.asarray(y)[keep], w[keep]
 
 
 class _Stopping(Callback):

@@ -244,18 +244,21 @@ class Sequential:
         return f"Sequential(\n{inner}\n)"
 
 
-def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
+                          ) -> tuple[float, np.ndarray]:
     """Mean softmax cross-entropy over the batch and its gradient with respect to the logits.
 
     Parameters
     ----------
     logits : (N, K) float32
     y : (N,) integer labels in [0, K)
+    sample_weight : (N,) non-negative weights, or None: the loss is then the weighted mean
+        sum(w_i * l_i) / sum(w_i)
 
     Returns
     -------
     loss : float
-    dlogits : (N, K) float32, the gradient of the mean loss (already divided by N)
+    dlogits : (N, K) float32, the gradient of the (weighted) mean loss (already divided by N)
     """
     if not isinstance(logits, np.ndarray) or logits.ndim != 2 or logits.shape[0] == 0:
         raise ValueError(f"logits must be a (N, K) array, got shape {getattr(logits, 'shape', None)}")
@@ -271,4 +274,11 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.
     dlogits = np.empty_like(logits)
     losses = np.empty(logits.shape[0], np.float64)
     K.softmax_cross_entropy(dlogits, losses, logits, y.astype(np.int64, copy=False))
-    return float(losses.mean()), dlogits
+    if sample_weight is None:
+        return float(losses.mean()), dlogits
+    w = np.asarray(sample_weight, np.float64)
+    if w.shape != losses.shape or not np.all(w >= 0) or w.sum() <= 0:
+        raise ValueError(f"sample_weight must be {losses.shape} non-negative weights with a positive sum")
+    # the kernel's rows are (p - onehot) / N: scale row i by w_i * N / sum(w)
+    dlogits *= (w * (len(w) / w.sum())).astype(np.float32)[:, None]
+    return float((w * losses).sum() / w.sum()), dlogits

@@ -168,8 +168,10 @@ class Trainer:
 
     # --- training --------------------------------------------------------------------------------
     def train_epoch(self, x: np.ndarray, y: np.ndarray, total_epochs: int | None = None,
-                    on_step: Callable[[], None] | None = None) -> dict[str, Any]:
-        """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch."""
+                    on_step: Callable[[], None] | None = None,
+                    sample_weight: np.ndarray | None = None) -> dict[str, Any]:
+        """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch. With
+        ``sample_weight`` each batch's loss is the weighted mean of its examples' losses."""
         n = len(x)
         if not self._precompile_checked:  # a cold JIT cache may compile ahead while we start
             self._precompile_checked = True
@@ -196,7 +198,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 idx = order[step * self.batch_size:(step + 1) * self.batch_size]
                 if self.parallel is None:
-                    loss_sum, correct, seen = self._local_step(x, y, idx, step)
+                    loss_sum, correct, seen = self._local_step(x, y, idx, step, sample_weight)
                 else:
                     loss_sum, correct, seen = self._parallel_step(x, y, idx, step)
                 p["seconds"] += time.perf_counter() - t0
@@ -230,12 +232,13 @@ class Trainer:
             f"the loss became {loss} at epoch {self.epoch + 1}, step {step + 1}: training "
             f"diverged; try a lower learning rate (now {self.optimizer.lr:g})")
 
-    def _local_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
-                    ) -> tuple[float, int, int]:
+    def _local_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int,
+                    sample_weight: np.ndarray | None = None) -> tuple[float, int, int]:
         """One step of one process; returns the batch's loss sum, correct count and size."""
         xb, yb = x[idx], y[idx]
         logits = self.net.forward(xb, training=True)
-        loss, dlogits = softmax_cross_entropy(logits, yb)
+        loss, dlogits = softmax_cross_entropy(logits, yb, None if sample_weight is None
+                                              else sample_weight[idx])
         if not math.isfinite(loss):
             raise self._diverged(loss, step)
         self.net.backward(dlogits, need_input_grad=False)
@@ -283,7 +286,8 @@ class Trainer:
             y_test: np.ndarray | None = None, x_val: np.ndarray | None = None,
             y_val: np.ndarray | None = None,
             checkpoint: Callable[[Trainer], None] | None = None,
-            callbacks: Iterable[Callback] = ()) -> list[dict[str, Any]]:
+            callbacks: Iterable[Callback] = (), sample_weight: np.ndarray | None = None
+            ) -> list[dict[str, Any]]:
         """Train until ``epochs`` epochs are complete (counting those already done when resumed),
         or until a callback sets ``stop_training``.
 
@@ -302,7 +306,7 @@ class Trainer:
                 if self.lr_schedule == "cosine":
                     self.optimizer.lr = self.base_lr * 0.5 * (1.0 + math.cos(math.pi * self.epoch / epochs))
                 try:
-                    stats = self.train_epoch(x, y, total_epochs=epochs)
+                    stats = self.train_epoch(x, y, total_epochs=epochs, sample_weight=sample_weight)
                 except TrainingInterrupted:
                     if checkpoint is not None:
                         checkpoint(self)

@@ -17,7 +17,18 @@ SMALL = dict(architecture="conv(8,3,padding=same),relu,maxpool(2),dense(32),relu
              batch_size=16, random_state=0)
 
 
-@parametrize_with_checks([CNNClassifier(**SMALL)])
+# A mini-batch trainer cannot make weight k equal k repeated rows: the rows fall into other batches in
+# another order. Weight 0 equals leaving the row out exactly, and integer weights equal repetition in
+# expectation (one full-batch step: test_integer_weights_equal_repeated_rows_in_expectation).
+EXPECTED_FAILURES = {name: "mini-batch SGD: weights equal repeated rows in expectation, not bit for bit"
+                     for name in ("check_sample_weight_equivalence_on_dense_data",
+                                  "check_sample_weight_equivalence_on_sparse_data")}
+# transform's features of one example move by float32 rounding (1e-7) with its row in the batch:
+# OpenBLAS sums a GEMM's edge rows in another order (predictions are unaffected; test_transform_...)
+EXPECTED_FAILURES["check_methods_sample_order_invariance"] = "BLAS rounding depends on the row (1e-7)"
+
+
+@parametrize_with_checks([CNNClassifier(**SMALL)], expected_failed_checks=lambda est: EXPECTED_FAILURES)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -144,3 +155,89 @@ def test_bad_input_errors(digits):
         CNNClassifier(batch_size=0).fit(X, y)
     with pytest.raises(ValueError, match="input_shape"):
         CNNClassifier(input_shape=(1, 3, 3)).fit(X, y)
+
+
+NO_DROPOUT = dict(architecture="conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", random_state=0)
+
+
+def test_zero_weight_is_leaving_the_row_out(digits):
+    X, y = digits
+    w = np.ones(len(y))
+    w[::3] = 0.0
+    a = CNNClassifier(**{**SMALL, "max_epochs": 3}).fit(X, y, sample_weight=w)
+    b = CNNClassifier(**{**SMALL, "max_epochs": 3}).fit(X[w > 0], y[w > 0])
+    np.testing.assert_array_equal(a.net_.params, b.net_.params)
+    with pytest.raises(ValueError, match="non-negative"):
+        CNNClassifier(**SMALL).fit(X, y, sample_weight=-w)
+
+
+def test_integer_weights_equal_repeated_rows_in_expectation(digits):
+    """One full-batch SGD step: weight k and k repeated rows give the same gradient (and scaling),
+    so the same weights up to float rounding; with mini-batches only in expectation."""
+    X, y = digits
+    X, y = X[:120], y[:120]
+    k = np.random.default_rng(0).integers(1, 4, len(y))
+    params = dict(NO_DROPOUT, optimizer="sgd", momentum=0.0, batch_size=512, max_epochs=1,
+                  learning_rate=0.1)
+    weighted = CNNClassifier(**params).fit(X, y, sample_weight=k)
+    repeated = CNNClassifier(**params).fit(np.repeat(X, k, axis=0), np.repeat(y, k))
+    assert weighted.x_mean_ == pytest.approx(repeated.x_mean_, rel=1e-12)
+    assert weighted.x_scale_ == pytest.approx(repeated.x_scale_, rel=1e-12)
+    np.testing.assert_allclose(weighted.net_.params, repeated.net_.params, rtol=0, atol=1e-6)
+    unweighted = CNNClassifier(**params).fit(X, y)
+    assert np.abs(unweighted.net_.params - repeated.net_.params).max() > 1e-4  # the weights mattered
+
+
+def test_class_weight_is_a_per_class_sample_weight(digits):
+    X, y = digits
+    counts = np.bincount(y)
+    balanced = len(y) / (len(counts) * counts)
+    a = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2, "class_weight": "balanced"}).fit(X, y)
+    b = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2}).fit(X, y, sample_weight=balanced[y])
+    np.testing.assert_array_equal(a.net_.params, b.net_.params)
+    weights = {3: 5.0, 7: 0.5}
+    c = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2, "class_weight": weights}).fit(X, y)
+    d = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2}).fit(
+        X, y, sample_weight=np.array([weights.get(label, 1.0) for label in y]))
+    np.testing.assert_array_equal(c.net_.params, d.net_.params)
+    with pytest.raises(ValueError, match="class_weight"):
+        CNNClassifier(class_weight="sometimes").fit(X, y)
+
+
+def test_partial_fit_contract(digits):
+    """classes on the first call, labels outside them refused, and the optimizer state (Adam's
+    moments and step count) carried over: two partial_fit calls equal a 2-epoch fit bit for bit."""
+    X, y = digits
+    clf = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2})
+    with pytest.raises(ValueError, match="classes must be passed"):
+        clf.partial_fit(X, y)
+    for _ in range(2):
+        clf.partial_fit(X, y, classes=np.arange(10))
+    full = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 2}).fit(X, y)
+    np.testing.assert_array_equal(clf.net_.params, full.net_.params)
+    assert clf._optimizer.step_count == full._optimizer.step_count > 0
+    with pytest.raises(ValueError, match="not seen in classes_"):
+        clf.partial_fit(X[:10], np.full(10, 11))
+    w = np.ones(len(y))
+    w[y == 0] = 0
+    before = clf.net_.params.copy()
+    clf.partial_fit(X, y, sample_weight=w)  # weights there too
+    assert not np.array_equal(before, clf.net_.params)
+
+
+def test_transform_gives_the_last_hidden_layer_for_pipelines(digits):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = digits
+    clf = CNNClassifier(**{**NO_DROPOUT, "max_epochs": 3}).fit(X[:400], y[:400])
+    feats = clf.transform(X[400:])
+    assert feats.shape == (200, 16) and feats.dtype == np.float32 and (feats >= 0).all()  # after ReLU
+    last = clf.net_.layers[-1]
+    logits = feats.astype(np.float64) @ last.weight.T.astype(np.float64) + last.bias
+    np.testing.assert_array_equal(logits.argmax(1), clf.predict(X[400:]).astype(int))
+    np.testing.assert_allclose(clf.transform(X[400:][::-1])[::-1], feats, rtol=1e-5, atol=1e-6)
+    # in a pipeline, the next model is fitted on these features
+    pipe = make_pipeline(CNNClassifier(**{**NO_DROPOUT, "max_epochs": 3}), LogisticRegression(max_iter=500))
+    pipe.fit(X[:400], y[:400])
+    alone = LogisticRegression(max_iter=500).fit(clf.transform(X[:400]), y[:400])
+    np.testing.assert_array_equal(pipe.predict(X[400:]), alone.predict(feats))
