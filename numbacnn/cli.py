@@ -452,6 +452,51 @@ def run_export(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_predict(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn predict CHECKPOINT FILE... [--out CSV]``: one line per image (file, label,
+    probability); a bad file gets one line on stderr and the others are still predicted (exit 1)."""
+    from .predict import load_images
+
+    p = _Parser(prog="python -m numbacnn predict", description="Predict the class of images.")
+    p.add_argument("checkpoint", help="a checkpoint written by train.py --save or nc.save")
+    p.add_argument("files", nargs="+", help="PNG / JPEG / ... pictures, .npy, IDX, .npz or .csv files")
+    p.add_argument("--out", metavar="FILE.csv", help="write file,label,probability rows here")
+    args = p.parse_args(argv)
+    if not os.path.exists(args.checkpoint):
+        raise UsageError(f"checkpoint: {args.checkpoint}: no such file or directory")
+    if args.out:
+        try:
+            check_writable(args.out)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.out}: {e.strerror or e}") from None
+    net = load_checkpoint(args.checkpoint).net
+    if net.input_shape is None:
+        raise CheckpointError(f"{args.checkpoint}: the network does not record its input shape")
+    shape = tuple(net.input_shape)
+    rows, failed = [], 0
+    for path in args.files:
+        try:
+            images = load_images(path, shape)  # type: ignore[arg-type]
+        except DataError as e:
+            print(f"predict: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        proba = net.predict_proba(np.stack([a for _, a in images]))
+        for (name, _), pr in zip(images, proba):
+            rows.append((name, int(pr.argmax()), float(pr.max())))
+    if args.out:
+        import csv
+        import io
+
+        buf = io.StringIO()
+        csv.writer(buf).writerows([("file", "label", "probability"), *rows])
+        atomic_write(args.out, lambda f: f.write(buf.getvalue().encode()))
+    else:
+        for name, label, prob in rows:
+            print(f"{name}\t{label}\t{prob:.4f}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None, command: Callable[[list[str] | None], int] = run) -> int:
     """Run ``command`` (training, or ``run_report``) with one-line errors and exit statuses."""
     from .report import ReportError

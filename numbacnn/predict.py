@@ -1,0 +1,69 @@
+"""Images for prediction from files: PNG / JPEG / BMP / GIF / TIFF (Pillow, the [image] extra), .npy
+arrays, IDX image files and the training formats (.npz, .csv), converted to a model's input shape.
+
+Picture files are converted to grayscale ("L") for one-channel models and to RGB for three-channel
+ones, resized to the model's height x width with bilinear filtering when their size differs, and
+scaled to [0, 1] like the training data (grey levels / 255). Arrays (.npy, IDX, .npz, .csv) are taken
+as the training loaders take them and must already have the model's shape. Pillow's decompression
+bomb guard stays on: an image above its pixel limit is refused, not decoded.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from .data import DataError, as_images, load_csv, load_npz, read_idx
+
+EXTRA = "pip install numbacnn[image]"
+PICTURES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def _picture(path: str, shape: tuple[int, int, int]) -> np.ndarray:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError(f"{path}: reading pictures needs Pillow: {EXTRA}") from None
+    c, h, w = shape
+    if c not in (1, 3):
+        raise DataError(f"{path}: the model takes {c}-channel images; pictures give 1 (grey) or 3 (RGB)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refuse
+            with Image.open(path) as opened:
+                img = opened.convert("L" if c == 1 else "RGB")
+                if img.size != (w, h):
+                    img = img.resize((w, h), Image.Resampling.BILINEAR)
+                a = np.asarray(img, dtype=np.uint8)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise DataError(f"{path}: refused, larger than Pillow's decompression-bomb limit ({e})") from None
+    except (OSError, SyntaxError, ValueError) as e:  # not an image, truncated, unsupported
+        raise DataError(f"{path}: not a readable image ({e})") from None
+    return as_images(a[None] if c == 1 else a.transpose(2, 0, 1)[None], path)
+
+
+def load_images(path: str, shape: tuple[int, int, int]) -> list[tuple[str, np.ndarray]]:
+    """[(name, (C, H, W) float32 image)] from one file; raises DataError with a one-line reason."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    ext = os.path.splitext(path.lower().removesuffix(".gz"))[1]
+    if ext in PICTURES:
+        return [(path, _picture(path, shape)[0])]
+    if ext == ".npy":
+        try:
+            raw = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: not a readable .npy file ({e})") from None
+        x = as_images(raw[None] if raw.ndim == 2 or (raw.ndim == 3 and raw.shape[0] in (1, 3)
+                                                     and shape[0] == raw.shape[0]) else raw, path)
+    elif ext == ".npz":
+        x_train, _, x_test, _ = load_npz(path)
+        x = x_test if x_test is not None else x_train
+    elif ext == ".csv":
+        x = load_csv(path)[0]
+    else:  # IDX images (plain or .gz)
+        x = as_images(read_idx(path), path)
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise DataError(f"{path}: images of shape {tuple(x.shape[1:])}, the model takes {tuple(shape)}")
+    return [(path if len(x) == 1 else f"{path}[{i}]", x[i]) for i in range(len(x))]
