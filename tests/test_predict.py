@@ -69,3 +69,20 @@ def test_bad_files_get_one_line_each_and_the_rest_is_predicted(tmp_path, model, 
     assert "bomb.png: refused, larger than Pillow's decompression-bomb limit" in err[2]
     assert "wrong.npy: images of shape (1, 5, 5), the model takes (1, 8, 8)" in err[3]
     assert "missing.png: no such file" in err[4]
+
+
+def test_pictures_without_pillow_name_the_extra(tmp_path, model):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    _, ck = model
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "a.png")
+    hide = ("import sys; sys.modules['PIL'] = None; from numbacnn.cli import main, run_predict; "
+            "sys.exit(main(sys.argv[1:], command=run_predict))")
+    r = subprocess.run([sys.executable, "-c", hide, ck, str(tmp_path / "a.png")], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, env=dict(os.environ))
+    assert r.returncode == 1 and "pip install numbacnn[image]" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
