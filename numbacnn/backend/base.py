@@ -8,6 +8,7 @@ an index into each example's (H * W) input plane (or into a fused conv's output 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ class ConvGeometry:
     stride: Pair
     padding: Pair
 
-    @property
+    @cached_property
     def ckk(self) -> int:
         """C_in * KH * KW: the length of one filter."""
         return self.in_channels * self.kernel[0] * self.kernel[1]

@@ -20,6 +20,7 @@ class CpuConvPlan(ConvPlan):
     def __init__(self, geometry: ConvGeometry, before_backward: Callable[[], None] | None = None) -> None:
         super().__init__(geometry)
         self.before_backward = before_backward
+        self.slots = _config.max_threads()  # rows of the per-thread workspaces (fixed per process)
 
     def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
         """y and the pool argmax: pooled shapes with a fused pool, else the conv output and an unused
@@ -60,11 +61,6 @@ class CpuConvPlan(ConvPlan):
         """The fused pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the conv's output
         plane (the kernels store the index into their own GEMM rows)."""
         return ws["pool_argmax"].astype(np.int64)
-
-
-def slots() -> int:
-    """Rows of the per-thread workspaces: numba's largest thread id + 1."""
-    return _config.max_threads()
 
 
 def group_size(g: ConvGeometry, rows: int) -> int:

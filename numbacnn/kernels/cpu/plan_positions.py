@@ -9,7 +9,7 @@ import numpy as np
 
 from ... import _config
 from ...backend.base import Pair, Workspace
-from ._plan import CpuConvPlan, group_size, slots
+from ._plan import CpuConvPlan, group_size
 from ._util import sum_chunks
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 
@@ -21,7 +21,7 @@ class PositionsPlan(CpuConvPlan):
 
     def _xt_shape(self, x: np.ndarray) -> tuple[int, int, int]:
         ph, pw = self.geometry.padding
-        return slots(), (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
+        return self.slots, (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
         ws["x"] = x
@@ -32,7 +32,7 @@ class PositionsPlan(CpuConvPlan):
         wt = ws.buf("wt", (kh, kw, ci, co))
         wt[...] = weight.transpose(2, 3, 1, 0)
         conv2d_forward_positions(
-            y, argmax, ws.buf("yw", (slots(), L, co)), ws.buf("cols", (slots(), L, g.ckk)),
+            y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
             ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
             kh, kw, relu, *(pool or (0, 0)))
         return y
@@ -46,10 +46,10 @@ class PositionsPlan(CpuConvPlan):
         wk = ws.buf("wk", (co, kh, kw, ci))
         wk[...] = weight.transpose(0, 2, 3, 1)
         conv2d_backward_positions(
-            dx, dw_parts, db_parts, ws.buf("gw", (slots(), co, group * L)),
-            ws.buf("bcols", (slots(), group * L, g.ckk)),
-            ws.buf("dcols", (slots(), group * L, g.ckk) if need_dx else (slots(), 1, 1)),
-            ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (slots(), y[0].size if pool else 1)),
+            dx, dw_parts, db_parts, ws.buf("gw", (self.slots, co, group * L)),
+            ws.buf("bcols", (self.slots, group * L, g.ckk)),
+            ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
+            ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
             dy, x, wk, y, argmax, *g.stride, *g.padding, kh, kw, _config.CHUNK, group, need_dx, relu,
             pool is not None)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ... import _config
 from ...backend.base import Pair, Workspace
-from ._plan import CpuConvPlan, group_size, slots
+from ._plan import CpuConvPlan, group_size
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 
 
@@ -24,15 +24,15 @@ class WidePlan(CpuConvPlan):
 
     def _pad_shape(self, hp: int, wp: int) -> tuple[int, ...]:
         ph, pw = self.geometry.padding
-        return (slots(), self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (slots(), 1, 1, 1)
+        return (self.slots, self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (self.slots, 1, 1, 1)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         hp, wp, L = self._geometry(x)
         g = self.geometry
-        conv2d_forward_wide(y, argmax, ws.buf("yw", (slots(), g.out_channels, L)),
-                            ws.buf("cols", (slots(), g.ckk, L)), ws.buf("xpad", self._pad_shape(hp, wp)),
+        conv2d_forward_wide(y, argmax, ws.buf("yw", (self.slots, g.out_channels, L)),
+                            ws.buf("cols", (self.slots, g.ckk, L)), ws.buf("xpad", self._pad_shape(hp, wp)),
                             x, weight, bias, *g.padding, relu, *(pool or (0, 0)))
         return y
 
@@ -50,9 +50,9 @@ class WidePlan(CpuConvPlan):
         hp, wp, L = self._geometry(x)
         gl = group_size(g, L) * L
         conv2d_backward_wide(
-            dx, dw_parts, db_parts, ws.buf("gw", (slots(), g.out_channels, gl)),
-            ws.buf("bcols", (slots(), g.ckk, gl)),
-            ws.buf("dcols", (slots(), g.ckk, gl) if need_dx else (slots(), 1, 1)),
-            ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (slots(), y[0].size if pool else 1)),
+            dx, dw_parts, db_parts, ws.buf("gw", (self.slots, g.out_channels, gl)),
+            ws.buf("bcols", (self.slots, g.ckk, gl)),
+            ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
+            ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
             dy, x, weight, y, argmax, *g.padding, _config.CHUNK, group_size(g, L), need_dx, relu,
             pool is not None)
