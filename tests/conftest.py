@@ -17,3 +17,25 @@ def rng():
 
 def f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def tiny_npz(path, n):
+    """An npz of n learnable 8x8 images in 3 classes (a bright band per class) at path."""
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % 3
+    x = rng.integers(0, 60, (n, 8, 8)).astype(np.uint8)
+    for i, label in enumerate(y):
+        x[i, 2 * label:2 * label + 2, :] = 250
+    np.savez(path, x=x, y=y)
+    return str(path)
+
+
+def run_without(module, command, argv, **kw):
+    """``python -c``: numbacnn's command line (``command``: "run", "run_export", ...) in a process where
+    ``module`` cannot be imported, as on an install without its extra."""
+    import subprocess
+
+    code = (f"import sys; sys.modules[{module!r}] = None; from numbacnn import cli; "
+            f"sys.exit(cli.main(sys.argv[1:], command=getattr(cli, {command!r})))")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, **kw)

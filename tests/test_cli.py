@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MNIST_DIR, ROOT
+from conftest import MNIST_DIR, ROOT, tiny_npz
 
 import numbacnn as nc
 from numbacnn.cli import main
@@ -21,14 +21,7 @@ TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),r
 
 @pytest.fixture
 def npz(tmp_path):
-    rng = np.random.default_rng(0)
-    y = np.arange(120) % 3
-    x = rng.integers(0, 60, (120, 8, 8)).astype(np.uint8)
-    for i, label in enumerate(y):  # a learnable pattern per class
-        x[i, 2 * label:2 * label + 2, :] = 250
-    p = tmp_path / "tiny.npz"
-    np.savez(p, x=x, y=y)
-    return str(p)
+    return tiny_npz(tmp_path / "tiny.npz", 120)
 
 
 def test_default_digits_run_reaches_98_percent(tmp_path):

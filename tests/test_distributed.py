@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_without, tiny_npz
 
 import numbacnn as nc
 from numbacnn.cli import main
@@ -33,14 +33,7 @@ def mpirun(args, n=2, timeout=300, env=None, **kw):
 @pytest.fixture(scope="module")
 def npz(tmp_path_factory):
     """38 images: 30 train (steps of 12, 12 and an uneven 6) and 8 test."""
-    rng = np.random.default_rng(0)
-    y = np.arange(38) % 3
-    x = rng.integers(0, 60, (38, 8, 8)).astype(np.uint8)
-    for i, label in enumerate(y):
-        x[i, 2 * label:2 * label + 2, :] = 250
-    p = tmp_path_factory.mktemp("mpi") / "tiny.npz"
-    np.savez(p, x=x, y=y)
-    return str(p)
+    return tiny_npz(tmp_path_factory.mktemp("mpi") / "tiny.npz", 38)
 
 
 def flags(npz, *extra):
@@ -163,10 +156,7 @@ def test_distributed_without_a_launcher_or_without_mpi4py(npz, capsys):
     assert main(flags(npz, "--distributed")) == 2
     err = capsys.readouterr().err
     assert "--distributed needs an MPI launcher" in err and "pip install numbacnn[mpi]" in err
-    hide = ("import sys; sys.modules['mpi4py'] = None; import numbacnn.cli as c; "
-            "sys.exit(c.main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", hide, "--distributed", *flags(npz)], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PMI_SIZE="1"))
+    r = run_without("mpi4py", "run", ["--distributed", *flags(npz)], env=dict(os.environ, PMI_SIZE="1"))
     assert r.returncode == 2 and "pip install numbacnn[mpi]" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

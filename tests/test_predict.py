@@ -72,17 +72,10 @@ def test_bad_files_get_one_line_each_and_the_rest_is_predicted(tmp_path, model, 
 
 
 def test_pictures_without_pillow_name_the_extra(tmp_path, model):
-    import os
-    import subprocess
-    import sys
-
-    from conftest import ROOT
+    from conftest import run_without
 
     _, ck = model
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "a.png")
-    hide = ("import sys; sys.modules['PIL'] = None; from numbacnn.cli import main, run_predict; "
-            "sys.exit(main(sys.argv[1:], command=run_predict))")
-    r = subprocess.run([sys.executable, "-c", hide, ck, str(tmp_path / "a.png")], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT, env=dict(os.environ))
+    r = run_without("PIL", "run_predict", [ck, str(tmp_path / "a.png")])
     assert r.returncode == 1 and "pip install numbacnn[image]" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

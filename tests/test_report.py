@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import reference as ref
-from conftest import ROOT
+from conftest import ROOT, run_without, tiny_npz
 
 import numbacnn as nc
 from numbacnn import analysis as A
@@ -142,14 +142,7 @@ def test_routing_change_counts_moved_winners(rng):
 
 @pytest.fixture
 def npz(tmp_path):
-    rng = np.random.default_rng(0)
-    y = np.arange(90) % 3
-    x = rng.integers(0, 60, (90, 8, 8)).astype(np.uint8)
-    for i, label in enumerate(y):
-        x[i, 2 * label:2 * label + 2, :] = 250
-    p = tmp_path / "tiny.npz"
-    np.savez(p, x=x, y=y)
-    return str(p)
+    return tiny_npz(tmp_path / "tiny.npz", 90)
 
 
 ARCH = "conv(4,3,padding=same),relu,maxpool(2),conv(8,3,padding=1),relu,maxpool(3,stride=1),dense(16),relu"
@@ -219,10 +212,8 @@ def test_failures_are_clear_and_never_cost_the_model(tmp_path, npz, monkeypatch,
     pytest.importorskip("matplotlib")
     # no matplotlib: refused before training, naming the extra
     ck = tmp_path / "ck.npz"
-    hide = ("import sys; sys.modules['matplotlib'] = None; from numbacnn.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", hide, "--quiet", "--data", npz, "--report", str(tmp_path / "r"),
-                        "--save", str(ck)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = run_without("matplotlib", "run", ["--quiet", "--data", npz, "--report", str(tmp_path / "r"),
+                                          "--save", str(ck)])
     assert r.returncode == 2 and "pip install numbacnn[plot]" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not ck.exists()
     # a directory that cannot be written: refused before training
@@ -317,9 +308,6 @@ def test_tensorboard_scalars_and_histograms(tmp_path, npz):
 
 
 def test_tensorboard_without_the_extra_is_refused_before_training(tmp_path, npz):
-    hide = ("import sys; sys.modules['tensorboardX'] = None; from numbacnn.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", hide, "--quiet", "--data", npz, "--tensorboard", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = run_without("tensorboardX", "run", ["--quiet", "--data", npz, "--tensorboard", str(tmp_path)])
     assert r.returncode == 2 and "pip install numbacnn[tensorboard]" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
