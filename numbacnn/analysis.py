@@ -72,34 +72,26 @@ class PoolRouting:
 
 
 def routing(model: Any, x: np.ndarray) -> list[PoolRouting]:
-    """The routing of every max-pooling stage (fused ones included) for the batch x."""
+    """The routing of every max-pooling stage (fused ones included) for the batch x, from one
+    inference-mode forward pass through the layers."""
     net, images, _ = as_net(model, x)
-    _eval_forward(net, images)
-    out, shape = [], tuple(images.shape[1:])
+    h: Any = net.backend.asarray(net._check_x(images))
+    out = []
     for i, layer in enumerate(net.layers):
-        in_shape = shape
-        shape = layer.output_shape(shape)
+        pool_input = h
+        h = layer.forward(h, training=False)
         if not isinstance(layer, MaxPool2D):
             continue
         if layer.fused:  # the preceding Conv2D pooled in its epilogue
             conv = net.layers[i - 2]
             assert isinstance(conv, Conv2D)
-            ws = conv._buffers
-            arg = conv.plan.plane_argmax(ws)  # type: ignore[attr-defined]
+            arg = conv.plan.plane_argmax(conv._buffers)  # type: ignore[attr-defined]
             maps = _conv_relu_output(conv)
         else:
             arg = net.backend.to_host(layer._buffers["argmax"]).astype(np.int64)
-            maps = None
-        out.append(PoolRouting(i, layer.name, layer.fused, in_shape,  # type: ignore[arg-type]
-                               arg, maps if maps is not None else _layer_input(net, i, images)))
+            maps = np.array(net.backend.to_host(pool_input))
+        out.append(PoolRouting(i, layer.name, layer.fused, maps.shape[1:], arg, maps))  # type: ignore[arg-type]
     return out
-
-
-def _layer_input(net: Sequential, i: int, images: np.ndarray) -> np.ndarray:
-    h: Any = net.backend.asarray(images)
-    for layer in net.layers[:i]:
-        h = layer.forward(h, training=False)
-    return np.array(net.backend.to_host(h))
 
 
 def _conv_relu_output(conv: Conv2D) -> np.ndarray:
