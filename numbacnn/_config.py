@@ -13,11 +13,17 @@ import numba
 # (cached) of the same seed gave different weights (tests/test_network.py checks it).
 FASTMATH = set({"nsz", "reassoc"})
 
-# Examples per chunk for race-free gradient reduction. Weight gradients are summed per chunk and
-# the chunks are then added in a fixed order, so results do not depend on the thread count. The
-# conv backward runs one chunk per thread at a time, so a batch of B keeps at most B / CHUNK
-# threads busy there (measurements: docs/performance.md).
-CHUNK = 8
+# Parts of a batch in the conv backward, for race-free gradient reduction: a batch of N examples is
+# split into min(N, GRAD_PARTS) parts of (nearly) equal size, each part's weight gradient is summed
+# on its own, and the parts are then added in a fixed order. The split depends on the batch size
+# only, so results do not depend on the thread count, and a batch of 64 or more keeps up to 64
+# threads busy (docs/performance.md).
+GRAD_PARTS = 64
+
+
+def grad_parts(n: int) -> int:
+    """The number of gradient parts of a batch of n examples (see GRAD_PARTS)."""
+    return max(1, min(n, GRAD_PARTS))
 
 _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 

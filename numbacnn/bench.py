@@ -241,12 +241,16 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
 
 
 def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
-                   block: float) -> list[float]:
+                   block: float) -> tuple[list[float], list[float]]:
     """Training throughput on ``threads`` threads over 1 thread for one model, timed in interleaved
     blocks (1, N, 1, N, ...) so that machine noise hits both: each round's ratio (report the
-    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x)."""
+    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x), and each
+    round's per-thread compute efficiency of the machine at N threads, measured right after
+    (``scaling.core_efficiency``: it moves with the load other processes put on the cores)."""
+    from .scaling import core_efficiency
+
     ours = _Ours(net_name, batch)
-    ratios = []
+    ratios, efficiency = [], []
     for _ in range(rounds):
         rates = []
         for t in (1, threads):
@@ -255,8 +259,56 @@ def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
             time.sleep(0.05)
             rates.append(_time_block(ours.train_step, block))
         ratios.append(rates[1] / rates[0])
+        efficiency.append(core_efficiency(threads))
     _set_threads(None)
-    return ratios
+    return ratios, efficiency
+
+
+MODEL_THREADS = (2, 4, 8, 16, 32, 64)
+
+
+def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
+                  measured: dict[str, dict[int, float]], efficiency: dict[str, dict[int, float]],
+                  top: int) -> dict[str, Any]:
+    """Print the modelled training speed-up at 2-64 threads (numbacnn/scaling.py) beside the
+    speed-up measured at ``top`` threads (modelled there with the machine's per-thread efficiency
+    measured beside it), and where one step's time goes; returns it all for the JSON."""
+    from . import scaling
+
+    print(f"MODELLED training speed-up over 1 thread (not measured: a model fed by 1-thread "
+          f"measurements of each kernel, numbacnn/scaling.py; memory ceiling {bandwidth / 1e9:.0f} "
+          f"GB/s)")
+    print(f"{'net':9} {'batch':>5} | " + " ".join(f"{t:>5}" for t in MODEL_THREADS)
+          + f" | {'at ' + str(top) + ': meas.':>11} {'model':>5} {'error':>6} {'eff.':>4} | "
+          f"{'serial':>9} {'step':>8}")
+    out: dict[str, Any] = {}
+    for net in nets:
+        for b in batches:
+            prof = scaling.profile_step(net, b)
+            pred = {t: scaling.speedup(prof, t, bandwidth) for t in MODEL_THREADS}
+            meas = measured.get(net, {}).get(b)
+            eff = efficiency.get(net, {}).get(b, 1.0)
+            at_top = scaling.speedup(prof, top, bandwidth, eff)
+            err = f"{100 * (at_top - meas) / meas:+5.1f}%" if meas else "     -"
+            print(f"{net:9} {b:5d} | " + " ".join(f"{pred[t]:5.1f}" for t in MODEL_THREADS)
+                  + f" | {(f'{meas:.2f}' if meas else '-'):>11} {at_top:5.2f} {err:>6} "
+                  f"{eff:4.2f} | "
+                  f"{1e6 * prof.serial:6.0f} us {1e3 * prof.step:5.1f} ms", flush=True)
+            out.setdefault(net, {})[b] = {
+                "speedup": pred, "measured_threads": top, "measured": meas,
+                "modelled_at_measured_threads": at_top, "core_efficiency": eff,
+                "serial_s": prof.serial, "step_s": prof.step,
+                "fork_join_s": prof.fork_join,
+                "kernels": [{"kernel": k, "calls": n, "share": sh, "min_iterations": it}
+                            for k, n, sh, it in scaling.merge_calls(prof)]}
+    big = max(batches)
+    for net in nets:
+        if net in out and big in out[net]:
+            rows = out[net][big]["kernels"]
+            print(f"  {net} batch {big}, share of a 1-thread step (fewest prange iterations): "
+                  + ", ".join(f"{r['kernel']} {100 * r['share']:.1f}% ({r['min_iterations']})"
+                              for r in rows if r["share"] >= 0.005))
+    return out
 
 
 # --- compile time, warm start and memory (each in a fresh process) -----------------------------
@@ -327,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
     p.add_argument("--no-onnx", action="store_true", help="skip onnxruntime even if importable")
     p.add_argument("--no-startup", action="store_true", help="skip compile-time/memory runs")
+    p.add_argument("--no-model", action="store_true", help="skip the modelled thread scaling")
+    p.add_argument("--bandwidth", type=float, default=100.0,
+                   help="memory bandwidth of the modelled machine, GB/s (default 100)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: numbacnn's numba.cuda kernels against PyTorch on the same GPU")
     p.add_argument("--json", metavar="FILE", help="write all results as JSON")
@@ -391,17 +446,26 @@ def main(argv: list[str] | None = None) -> int:
     _config.set_num_threads(None)
     scaling: dict[str, dict[int, float]] = {}
     scaling_rounds: dict[str, dict[int, list[float]]] = {}
+    efficiency: dict[str, dict[int, float]] = {}
+    efficiency_rounds: dict[str, dict[int, list[float]]] = {}
     top = max(threads)
     if args.device == "cpu" and 1 in threads and top > 1:
         print(f"training speed-up, {top} threads over 1 (same model, interleaved blocks; median "
               f"[lower, upper quartile] of {args.scaling_rounds} rounds):")
         for net in nets:
-            scaling_rounds[net] = {b: thread_scaling(net, b, top, args.scaling_rounds, args.block)
-                                   for b in batches}
+            runs = {b: thread_scaling(net, b, top, args.scaling_rounds, args.block) for b in batches}
+            scaling_rounds[net] = {b: r for b, (r, _) in runs.items()}
+            efficiency_rounds[net] = {b: e for b, (_, e) in runs.items()}
             scaling[net] = {b: statistics.median(v) for b, v in scaling_rounds[net].items()}
+            efficiency[net] = {b: statistics.median(v) for b, v in efficiency_rounds[net].items()}
             print(f"  {net}: " + ", ".join(
                 f"batch {b} {scaling[net][b]:.2f}x [{_quartiles(v)}]"
                 for b, v in scaling_rounds[net].items()), flush=True)
+            print(f"    machine: per-thread GEMM speed at {top} threads against 1 (median of the "
+                  "rounds): " + ", ".join(f"{efficiency[net][b]:.2f}" for b in batches))
+    modelled = {}
+    if not args.no_model and args.device == "cpu":
+        modelled = scaling_model(nets, batches, args.bandwidth * 1e9, scaling, efficiency, top)
     startup = {}
     if not args.no_startup and args.device == "cpu":
         for net in nets:
@@ -421,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                        "matmul_peak_gflops": peaks, "results": results,
                        "thread_scaling": scaling, "thread_scaling_rounds": scaling_rounds,
-                       "startup": startup}, f, indent=2)
+                       "core_efficiency_rounds": efficiency_rounds,
+                       "modelled_scaling": modelled, "startup": startup}, f, indent=2)
     return 0
 
 

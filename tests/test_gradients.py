@@ -233,11 +233,12 @@ def test_oracle_network_gradients_match_finite_differences(rng, name):
 
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
 def test_batch_gradient_is_mean_of_per_example_gradients_on_every_path(rng, name):
-    """21 examples (chunks 8 + 8 + 5): any mix-up between examples (a wrong argmax plane, a chunk
-    read twice) makes the batch gradient differ from the mean of 21 single-example gradients."""
+    """70 examples (64 gradient parts of 1 or 2): any mix-up between examples (a wrong argmax
+    plane, a part read twice) makes the batch gradient differ from the mean of the 70
+    single-example gradients."""
     net, _, shape = _strategy_net(name, seed=3)
-    x = f32(rng.standard_normal((21,) + shape))
-    y = rng.integers(0, 3, 21)
+    x = f32(rng.standard_normal((70,) + shape))
+    y = rng.integers(0, 3, 70)
     net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])
     batch = net.grad_dict()
     per_example = []

@@ -14,21 +14,21 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (1, 3, 11, 10, 2, 5, 2, 2),
     (5, 4, 6, 6, 7, 1, 1, 0),
     (2, 2, 7, 7, 3, 4, 3, 1),
-    (17, 2, 5, 6, 3, 3, 1, 1),  # more examples than one gradient chunk
+    (17, 2, 5, 6, 3, 3, 1, 1),  # 17 gradient parts of one example
     (2, 2, 1, 9, 3, (1, 3), (1, 2), (0, 1)),  # non-square kernel, stride and padding (1-row input)
     (2, 2, 6, 7, 3, (3, 5), 1, (1, 0)),  # wide rows, padded rows only
     (2, 2, 6, 7, 3, (3, 2), 1, (0, 2)),  # wide rows, padded columns only, even kernel width
-    (18, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, three gradient chunks
+    (70, 1, 6, 8, 2, (2, 4), 1, 0),  # wide rows, 64 gradient parts of 1 or 2 examples
     (2, 3, 9, 9, 6, 5, 1, 0),  # wide rows, lenet-like
     (2, 3, 5, 5, 4, 5, 1, 0),  # kernel as large as the input: 1x1 output
-    (21, 12, 5, 6, 32, 3, 1, 1),  # position-major, backward GEMMs over groups of 8 (8 + 8 + 5 examples)
-    (19, 12, 6, 5, 32, 3, 1, 0),  # the same unpadded: a chunk of 3 after two full chunks
-    (21, 8, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
+    (130, 12, 5, 6, 32, 3, 1, 1),  # position-major, 64 parts of 2 or 3 examples, GEMMs over up to 3
+    (19, 12, 6, 5, 32, 3, 1, 0),  # the same unpadded, parts of one example
+    (130, 8, 5, 6, 32, 3, 1, 1),  # wide rows, grouped backward GEMMs
     (3, 9, 7, 6, 5, (3, 4), 1, (1, 2)),  # position-major, rectangular kernel and padding
     (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
     (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
-    (19, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
-    (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions: groups of 6, chunks of 8 as 6 + 2
+    (150, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
+    (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions (at most 6 examples per GEMM)
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
     (2, 12, 6, 6, 4, 5, 2, 0),  # position-major strided, 1x1 output
@@ -56,11 +56,14 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     # wide layers: backward GEMMs over groups of examples, up to about 1,200 rows
     from numbacnn.kernels.cpu._plan import group_size
 
-    def group(ci, co, k, rows):
-        return group_size(nc.Conv2D(ci, co, k).geometry, rows)
+    def group(ci, co, k, rows, n=512):
+        return group_size(nc.Conv2D(ci, co, k).geometry, rows, n)
     assert group(32, 64, 3, 121) == 8 and group(32, 64, 3, 196) == 6
     assert group(32, 32, 3, 576) == 2 and group(32, 32, 3, 784) == 1
     assert group(6, 16, 5, 64) == 1 and group(1, 32, 3, 676) == 1
+    # never more than one gradient part: a batch of n is split into min(n, 64) parts
+    assert group(32, 64, 3, 121, 256) == 4 and group(32, 64, 3, 121, 130) == 3
+    assert group(32, 64, 3, 121, 128) == 2 and group(32, 64, 3, 121, 64) == 1
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
@@ -139,8 +142,9 @@ def test_avgpool2d_matches_oracle(rng, N, C, H, W, K, S, P):
                                rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11),
-                                     (5, 150, 70), (4, 130, 33), (2, 300, 200)])  # 2-8 feature blocks
+@pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11), (5, 150, 70), (4, 130, 33),
+                                     (2, 300, 200), (70, 150, 70), (130, 300, 200), (65, 17, 130)])
+# grids of row and feature blocks, the last ones shorter
 def test_dense_matches_oracle(rng, N, Fi, Fo):
     layer = nc.Dense(Fi, Fo).initialize(rng)
     x = f32(rng.standard_normal((N, Fi)))
@@ -233,7 +237,7 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
     assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12 else "wide")
     layer.fused_relu = relu
-    x = f32(rng.standard_normal((19, Ci, 9, 10)))  # 19 examples: three gradient chunks
+    x = f32(rng.standard_normal((67, Ci, 9, 10)))  # 67 examples: 64 gradient parts of 1 or 2
     y = layer.forward(x, training=True)
     ref_y = ref.conv2d_forward(x, layer.weight, layer.bias, S, P)
     dout = f32(rng.standard_normal(y.shape))
@@ -249,11 +253,11 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
 
 FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (3, 2, 9, 11, 4, 3, 1, 0, 2),  # conv output 7x9: the pool drops the last row and column
-    (18, 1, 8, 8, 3, 3, 1, 1, 2),  # padded, three gradient chunks
+    (18, 1, 8, 8, 3, 3, 1, 1, 2),  # padded, 18 gradient parts
     (2, 2, 10, 9, 3, 2, 1, 0, 3),  # 3x3 windows, stride 3 (the generic pooled epilogue)
     (2, 2, 9, 9, 3, 3, 1, 0, (2, 3)),  # rectangular windows
-    (21, 12, 6, 6, 32, 3, 1, 0, 2),  # position-major, grouped backward GEMMs
-    (21, 8, 6, 6, 32, 3, 1, 0, 2),  # wide rows, grouped backward GEMMs
+    (130, 12, 6, 6, 32, 3, 1, 0, 2),  # position-major, grouped backward GEMMs
+    (130, 8, 6, 6, 32, 3, 1, 0, 2),  # wide rows, grouped backward GEMMs
     (3, 12, 10, 9, 5, 3, 1, 1, 3),  # position-major, padded, 3x3 windows
     (2, 12, 9, 9, 3, 3, 1, 0, (2, 3)),  # position-major, rectangular windows
     (2, 12, 7, 9, 3, 3, 1, 1, (2, 3)),  # position-major, padded, rectangular windows, odd sizes

@@ -174,11 +174,14 @@ SPECS = {
     "overlapping pools": ("conv(4,3),maxpool(3,stride=2),relu,conv(12,3,padding=1),tanh,"
                           "maxpool(3,stride=1,padding=1),avgpool(3,stride=2,padding=1),dense(40)",
                           (2, 17, 17)),
+    "grouped GEMMs": ("conv(8,3,padding=1),relu,conv(32,3),relu,maxpool(2),conv(32,3,padding=1),"
+                      "relu,dense(40)", (1, 10, 10)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
-    x = rng.random((40,) + shape, dtype=np.float32)
-    y = rng.integers(0, 10, 40)
+    # 130 examples: 64 gradient parts of 2 or 3 examples, backward GEMMs over groups of them
+    x = rng.random((130,) + shape, dtype=np.float32)
+    y = rng.integers(0, 10, 130)
     for threads in (1, 2, 3, 16):
         nc.set_num_threads(threads)
         assert numba.get_num_threads() == threads
@@ -194,9 +197,10 @@ for name, (spec, shape) in SPECS.items():
 
 
 def test_results_identical_for_1_2_3_and_16_threads():
-    """Chunked gradients reduced in a fixed order: the thread count does not change any bit, for
-    every conv strategy, fused and unfused (overlapping, padded) pools and multi-block Dense layers.
-    In a child with 16 numba threads, so that 3 and 16 run whatever the machine's core count."""
+    """Gradient parts reduced in a fixed order: the thread count does not change any bit, for
+    every conv strategy (grouped backward GEMMs included), fused and unfused (overlapping, padded)
+    pools and Dense layers on grids of tiles. In a child with 16 numba threads, so that 3 and 16
+    run whatever the machine's core count."""
     import os
     import subprocess
     import sys
@@ -209,7 +213,7 @@ def test_results_identical_for_1_2_3_and_16_threads():
     for line in r.stdout.splitlines():
         *name, threads, digest = line.split()
         hashes.setdefault(" ".join(name), {})[threads] = digest
-    assert len(hashes) == 4
+    assert len(hashes) == 5
     for name, by_threads in hashes.items():
         assert set(by_threads) == {"1", "2", "3", "16"}, name
         assert len(set(by_threads.values())) == 1, (name, by_threads)

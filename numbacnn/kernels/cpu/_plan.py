@@ -39,7 +39,7 @@ class CpuConvPlan(ConvPlan):
             self.before_backward()
         x = ws["x"]
         n = x.shape[0]
-        chunks = -(-n // _config.CHUNK)
+        chunks = _config.grad_parts(n)
         g = self.geometry
         dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
         dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
@@ -63,9 +63,10 @@ class CpuConvPlan(ConvPlan):
         return ws["pool_argmax"].astype(np.int64)
 
 
-def group_size(g: ConvGeometry, rows: int) -> int:
+def group_size(g: ConvGeometry, rows: int, n: int) -> int:
     """Examples per GEMM in the backward of the "wide" and "positions" plans, for ``rows`` GEMM
-    rows per example: about 1,200 rows at most, and 1 for narrow layers (docs/performance.md)."""
+    rows per example and a batch of n: about 1,200 rows at most, 1 for narrow layers
+    (docs/performance.md), and never more than a gradient part holds."""
     if g.out_channels < 32 or g.ckk < 64:
         return 1
-    return max(1, min(8, 1200 // max(rows, 1)))
+    return max(1, min(8, 1200 // max(rows, 1), -(-n // _config.grad_parts(n))))

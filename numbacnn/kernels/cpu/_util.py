@@ -12,6 +12,12 @@ def n_chunks(n, chunk):
 
 
 @kernel(parallel=False)
+def part_bounds(n, parts, c):
+    """Examples [lo, hi) of part c when n examples are split into ``parts`` nearly equal parts."""
+    return (c * n) // parts, ((c + 1) * n) // parts
+
+
+@kernel(parallel=False)
 def conv_out(size, k, s, p):
     """Output positions of a convolution along one axis: input ``size``, kernel ``k``, stride
     ``s``, zero padding ``p`` on both sides."""
@@ -42,6 +48,13 @@ def add_row_sums(db, gf, P, n, first):
         db[co] = s if first else db[co] + s
 
 
+@kernel(parallel=False)
+def reduce_block(M):
+    """Elements per prange iteration of sum_chunks for a gradient of M elements: at least 64
+    iterations from M = 16,384 on, blocks of 256 to 4,096 elements."""
+    return min(4096, max(256, -(-M // 64)))
+
+
 @kernel()
 def sum_chunks(out, parts):
     """out[...] = sum over c of parts[c, ...], added in chunk order (deterministic).
@@ -50,7 +63,7 @@ def sum_chunks(out, parts):
     """
     M = out.shape[0]
     n_parts = parts.shape[0]
-    block = 4096
+    block = reduce_block(M)
     for blk in prange((M + block - 1) // block):  # disjoint element ranges
         lo = blk * block
         hi = min(M, lo + block)

@@ -8,7 +8,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import add_row_sums, conv_out, n_chunks, zero_parts
+from ._util import add_row_sums, conv_out, part_bounds, zero_parts
 from .blas import sgemm
 
 
@@ -110,14 +110,15 @@ def conv2d_forward(out, cols, x, w, b, SH, SW, PH, PW, relu):
 
 
 @kernel()
-def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW, chunk,
+def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
                     need_dx, relu):
-    """Gradients of conv2d_forward; chunk c writes dw_parts[c] and db_parts[c] (reduce them with
+    """Gradients of conv2d_forward; the batch is split into P = dw_parts.shape[0] parts
+    (part_bounds), and part c writes dw_parts[c] and db_parts[c] (reduce them with
     sum_chunks). With relu, dout is first masked where the forward output y was not positive.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, Ci*KH*KW);
-    db_parts: (n_chunks, Co); dcols: (n_chunks, Ci*KH*KW, OH*OW) workspace;
-    g_tmp: (n_chunks, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
+    db_parts: (P, Co); dcols: (P, Ci*KH*KW, OH*OW) workspace;
+    g_tmp: (P, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
     cache (N, Ci*KH*KW, OH*OW).
     """
     N = dout.shape[0]
@@ -126,11 +127,13 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, 
     ckk = Ci * KH * KW
     wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
-    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts, workspaces and dx[n]
+    P = dw_parts.shape[0]
+    for c in prange(P):  # each part writes its own gradient parts, workspaces and dx[n]
         acc = dw_parts[c]
         dbc = db_parts[c]
         zero_parts(acc, dbc)
-        for n in range(c * chunk, min(N, (c + 1) * chunk)):
+        n0, n1 = part_bounds(N, P, c)
+        for n in range(n0, n1):
             g = dout[n].reshape(Co, OHW)
             if relu:
                 gm = g_tmp[c]

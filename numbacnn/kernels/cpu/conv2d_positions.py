@@ -23,7 +23,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, conv_out, n_chunks
+from ._util import add_row_sums, conv_out, part_bounds
 from .blas import sgemm
 
 
@@ -177,15 +177,16 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 
 @kernel()
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, dout, x, wk, y,
-                              argmax, SH, SW, PH, PW, KH, KW, chunk, group, need_dx, relu, pooled):
-    """Gradients of conv2d_forward_positions. Chunk c (``chunk`` examples) writes dw_parts[c] and
-    db_parts[c] (reduce them with sum_chunks); its GEMMs cover ``group`` examples at a time.
+                              argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, pooled):
+    """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
+    parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_chunks);
+    its GEMMs cover ``group`` examples at a time.
     With relu, dout is masked where the forward output y was not positive; when pooled, dout,
     y and argmax are the fused pool's.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, KH, KW, Ci) -- the weight
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci) -- the weight
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
-    (n_chunks, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
+    (P, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
     xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) when pooled.
     """
@@ -198,10 +199,11 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     PG = group * L  # row pitch of the channel-major gradient rows
     wkf = wk.reshape(Co * ckk)
     zero = np.float32(0.0)
-    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts and dx[n]; workspaces
-        t = numba.get_thread_id()         # are its thread's
-        n0 = c * chunk
-        E = min(chunk, N - n0)
+    P = dw_parts.shape[0]
+    for c in prange(P):  # each part writes its own gradient parts and dx[n]; workspaces are its
+        t = numba.get_thread_id()  # thread's
+        n0, n1 = part_bounds(N, P, c)
+        E = n1 - n0
         gf = gw[t].reshape(Co * PG)
         cf = cols[t].reshape(PG * ckk)
         xtf = xt[t].reshape(xt.shape[1] * Ci)

@@ -20,7 +20,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, n_chunks
+from ._util import add_row_sums, part_bounds
 from .blas import sgemm
 
 
@@ -182,14 +182,15 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
 
 @kernel()
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, dout, x, w, y,
-                         argmax, PH, PW, chunk, group, need_dx, relu, pooled):
-    """Gradients of conv2d_forward_wide. Chunk c (``chunk`` examples) writes dw_parts[c] and
-    db_parts[c] (reduce them with sum_chunks); its GEMMs cover ``group`` examples side by side.
+                         argmax, PH, PW, group, need_dx, relu, pooled):
+    """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts
+    (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_chunks); its
+    GEMMs cover ``group`` examples side by side.
     With relu, dout is masked where the forward output y was not positive; when pooled, dout,
     y and argmax are the fused pool's.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (n_chunks, Co, Ci*KH*KW);
-    db_parts: (n_chunks, Co); dout, y: the forward's output shape; x: the forward's input.
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
+    db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols
     (T, Ci*KH*KW, group * L); pad (T, Ci, H + 2PH, W + 2PW) when padded; gmask
     (T, at least Co * PH * PW) when pooled.
@@ -205,10 +206,11 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, do
     padded = PH > 0 or PW > 0
     wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
-    for c in prange(n_chunks(N, chunk)):  # each chunk writes its own parts and dx[n]; workspaces
-        t = numba.get_thread_id()         # are its thread's
-        n0 = c * chunk
-        E = min(chunk, N - n0)
+    P = dw_parts.shape[0]
+    for c in prange(P):  # each part writes its own gradient parts and dx[n]; workspaces are its
+        t = numba.get_thread_id()  # thread's
+        n0, n1 = part_bounds(N, P, c)
+        E = n1 - n0
         gf = gw[t].reshape(Co * PG)
         cf = cols[t].reshape(ckk * PG)
         dwf = dw_parts[c].reshape(Co * ckk)

@@ -1,39 +1,55 @@
-"""Fully connected layer: out = x @ w.T + b, as single-threaded BLAS GEMMs over fixed blocks of
-features (one block per prange iteration). Every GEMM spans the whole batch, so no gradient needs a
-cross-thread reduction and the results do not depend on the thread count."""
+"""Fully connected layer: out = x @ w.T + b, as single-threaded BLAS GEMMs over a fixed grid of tiles
+(one tile per prange iteration). Every GEMM spans its whole inner dimension, so no gradient needs a
+cross-thread reduction; the grid depends on the shapes only, so neither do the results on the thread
+count. Finer grids cost time on few cores: each tile's GEMM packs its operands again (64 tiles made
+mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at about 32
+tiles and at tile sides of 32 rows and 8 to 64 features (docs/performance.md)."""
 import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._util import n_chunks
 from .blas import sgemm
 
 
 @kernel(parallel=False)
-def feature_block(features, minimum):
-    """Block size for splitting `features` into about 8 blocks (a multiple of 16, >= minimum);
-    it depends on the shape only, never on the thread count."""
-    b = -(-features // 8)
-    b = -(-b // 16) * 16
-    return max(minimum, b)
+def tile(size, most, minimum):
+    """Block length for splitting ``size`` into at most ``most`` blocks of at least ``minimum``
+    (the last one shorter); the number of blocks is -(-size // length)."""
+    return max(minimum, -(-size // most))
+
+
+@kernel(parallel=False)
+def forward_grid(N, F_out):
+    """(rows, features) of dense_forward's tiles."""
+    return tile(N, 2, 32), tile(F_out, 16, 8)
+
+
+@kernel(parallel=False)
+def backward_grid(N, F_in, F_out):
+    """(input features, output features of dw, rows of dx) of dense_backward's tiles."""
+    return tile(F_in, 16, 64), tile(F_out, 2, 32), tile(N, 2, 32)
 
 
 @kernel()
 def dense_forward(out, x, w, b):
-    """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,)."""
+    """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
+    Tiles: up to 2 blocks of rows x 16 blocks of output features."""
     N, F_in = x.shape
     F_out = w.shape[0]
     xf = x.reshape(N * F_in)
     wf = w.reshape(F_out * F_in)
     of = out.reshape(N * F_out)
-    block = feature_block(F_out, 32)
-    for c in prange(n_chunks(F_out, block)):  # disjoint column ranges of out
-        j0 = c * block
-        j1 = min(F_out, j0 + block)
-        sgemm(False, True, N, j1 - j0, F_in, np.float32(1.0), xf, 0, F_in, wf, j0 * F_in, F_in,
-              np.float32(0.0), of, j0, F_out)
+    rb, fb = forward_grid(N, F_out)
+    n_f = -(-F_out // fb)
+    for t in prange(-(-N // rb) * n_f):  # disjoint tiles of out
+        r0 = (t // n_f) * rb
+        r1 = min(N, r0 + rb)
+        j0 = (t % n_f) * fb
+        j1 = min(F_out, j0 + fb)
+        sgemm(False, True, r1 - r0, j1 - j0, F_in, np.float32(1.0), xf, r0 * F_in, F_in, wf,
+              j0 * F_in, F_in, np.float32(0.0), of, r0 * F_out + j0, F_out)
         bs = b[j0:j1]
-        for n in range(N):
+        for n in range(r0, r1):
             row = out[n, j0:j1]
             for j in range(j1 - j0):
                 row[j] += bs[j]
@@ -44,6 +60,8 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     """dw = dout.T @ x, db = dout summed over the batch, dx = dout @ w when need_dx.
 
     dx: (N, F_in); dw: (F_out, F_in); db: (F_out,); dout: (N, F_out); x: (N, F_in); w: (F_out, F_in).
+    Iteration (i, j) of an up to 16 x 2 grid: input-feature block i, with output-feature block j
+    of dw and row block j of dx.
     """
     N, F_in = x.shape
     F_out = w.shape[0]
@@ -52,17 +70,26 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     gf = dout.reshape(N * F_out)
     dwf = dw.reshape(F_out * F_in)
     dxf = dx.reshape(dx.size)
-    block = feature_block(F_in, 64)
-    for c in prange(n_chunks(F_in, block)):  # disjoint column ranges of dw and dx
-        i0 = c * block
-        i1 = min(F_in, i0 + block)
-        # dw[:, i0:i1] (F_out, i1 - i0) = dout.T (F_out, N) @ x[:, i0:i1] (N, i1 - i0)
-        sgemm(True, False, F_out, i1 - i0, N, np.float32(1.0), gf, 0, F_out, xf, i0, F_in,
-              np.float32(0.0), dwf, i0, F_in)
-        if need_dx:
-            # dx[:, i0:i1] (N, i1 - i0) = dout (N, F_out) @ w[:, i0:i1] (F_out, i1 - i0)
-            sgemm(False, False, N, i1 - i0, F_out, np.float32(1.0), gf, 0, F_out, wf, i0, F_in,
-                  np.float32(0.0), dxf, i0, F_in)
+    ib, ob, rb = backward_grid(N, F_in, F_out)
+    n_o = -(-F_out // ob)
+    n_r = -(-N // rb) if need_dx else 0
+    n_j = max(n_o, n_r)
+    for t in prange(-(-F_in // ib) * n_j):  # disjoint tiles of dw and dx
+        i0 = (t // n_j) * ib
+        i1 = min(F_in, i0 + ib)
+        j = t % n_j
+        if j < n_o:
+            # dw[o0:o1, i0:i1] = dout[:, o0:o1].T (o1 - o0, N) @ x[:, i0:i1] (N, i1 - i0)
+            o0 = j * ob
+            o1 = min(F_out, o0 + ob)
+            sgemm(True, False, o1 - o0, i1 - i0, N, np.float32(1.0), gf, o0, F_out, xf, i0, F_in,
+                  np.float32(0.0), dwf, o0 * F_in + i0, F_in)
+        if j < n_r:
+            # dx[r0:r1, i0:i1] = dout[r0:r1] (r1 - r0, F_out) @ w[:, i0:i1] (F_out, i1 - i0)
+            r0 = j * rb
+            r1 = min(N, r0 + rb)
+            sgemm(False, False, r1 - r0, i1 - i0, F_out, np.float32(1.0), gf, r0 * F_out, F_out,
+                  wf, i0, F_in, np.float32(0.0), dxf, r0 * F_in + i0, F_in)
     for j in range(F_out):  # bias: examples in order
         s = np.float32(0.0)
         for n in range(N):

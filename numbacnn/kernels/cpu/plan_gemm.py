@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import _config
 from ...backend.base import Pair, Workspace
 from ._plan import CpuConvPlan
 from .conv2d import conv2d_backward, conv2d_forward
@@ -29,4 +28,4 @@ class GemmPlan(CpuConvPlan):
         g_tmp = ws.buf("g_tmp", (chunks, g.out_channels, positions) if relu else (chunks, 1, 1))
         dcols = ws.buf("dcols", (chunks, g.ckk, positions) if need_dx else (chunks, 1, 1))
         conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
-                        *g.stride, *g.padding, _config.CHUNK, need_dx, relu)
+                        *g.stride, *g.padding, need_dx, relu)

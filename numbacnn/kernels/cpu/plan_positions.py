@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import _config
 from ...backend.base import Pair, Workspace
 from ._plan import CpuConvPlan, group_size
 from ._util import sum_chunks
@@ -42,7 +41,7 @@ class PositionsPlan(CpuConvPlan):
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
-        group = group_size(g, L)
+        group = group_size(g, L, x.shape[0])
         wk = ws.buf("wk", (co, kh, kw, ci))
         wk[...] = weight.transpose(0, 2, 3, 1)
         conv2d_backward_positions(
@@ -50,7 +49,7 @@ class PositionsPlan(CpuConvPlan):
             ws.buf("bcols", (self.slots, group * L, g.ckk)),
             ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
             ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
-            dy, x, wk, y, argmax, *g.stride, *g.padding, kh, kw, _config.CHUNK, group, need_dx, relu,
+            dy, x, wk, y, argmax, *g.stride, *g.padding, kh, kw, group, need_dx, relu,
             pool is not None)
 
     def _reduce_weight_grad(self, ws: Workspace, dweight: np.ndarray, parts: np.ndarray) -> None:

@@ -5,7 +5,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import _config
 from ...backend.base import Pair, Workspace
 from ._plan import CpuConvPlan, group_size
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
@@ -48,11 +47,12 @@ class WidePlan(CpuConvPlan):
         g = self.geometry
         x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
         hp, wp, L = self._geometry(x)
-        gl = group_size(g, L) * L
+        group = group_size(g, L, x.shape[0])
+        gl = group * L
         conv2d_backward_wide(
             dx, dw_parts, db_parts, ws.buf("gw", (self.slots, g.out_channels, gl)),
             ws.buf("bcols", (self.slots, g.ckk, gl)),
             ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
             ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
-            dy, x, weight, y, argmax, *g.padding, _config.CHUNK, group_size(g, L), need_dx, relu,
+            dy, x, weight, y, argmax, *g.padding, group, need_dx, relu,
             pool is not None)

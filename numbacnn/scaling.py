@@ -1,0 +1,358 @@
+"""Where a training step's time goes, kernel by kernel, and a model of its speed-up on more cores.
+
+``profile_step`` measures in this process, at one thread: every parallel kernel call of a step (its
+time, its ``prange`` iteration count and the work of each iteration, the bytes of its arrays), the
+cost of numba's dispatch for that call, the fork-join cost of a parallel region at 1 and 2 threads,
+and the serial rest of the step (Python and numpy between the calls). ``predict`` turns a profile
+into the step time at p threads:
+
+    T(p) = S + sum over calls k of [ d_k + o(p) + max(c_k * W_k(p), B_k / bandwidth) ]
+
+S: the serial rest; d_k: the dispatch of call k (serial); o(p) = o(1) + (o(2) - o(1)) * log2(p):
+the fork-join cost of a parallel region; W_k(p): the work of the busiest thread when numba's static
+schedule hands each thread a contiguous, equal share of the iterations, c_k the measured time per
+unit of work; B_k / bandwidth: the memory ceiling (every array of the call read or written once at
+the machine's whole-socket bandwidth, a stated parameter). Cores are assumed as fast as this
+machine's one core, with no turbo or SMT effects. The model is checked where it can be: against
+the measured 1 -> 2 thread speed-up (``python -m numbacnn.bench``).
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# --- iterations per kernel call -------------------------------------------------------------------
+
+
+def _even(n: int) -> np.ndarray:
+    return np.ones(max(n, 0))
+
+
+def _blocks(size: int, block: int) -> np.ndarray:
+    """Work of each iteration of a loop over ``size`` elements in blocks of ``block``."""
+    n = -(-size // block)
+    w = np.full(n, float(block))
+    if n:
+        w[-1] = size - (n - 1) * block
+    return w
+
+
+def _parts(n: int, parts: int) -> np.ndarray:
+    """Examples of each gradient part (kernels/cpu/_util.py: part_bounds)."""
+    c = np.arange(parts + 1)
+    return np.diff((c * n) // parts).astype(float)
+
+
+def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
+    """Kernel name -> function of the call's arguments (by parameter name) giving the work of
+    each ``prange`` iteration. Uses the kernels' own block-size helpers."""
+    from .kernels.cpu import activations, optim
+    from .kernels.cpu._util import reduce_block
+    from .kernels.cpu.dense import backward_grid, forward_grid
+
+    def planes(a: dict) -> np.ndarray:
+        out = a["out"] if "out" in a else a["dout"]
+        return _even(out.shape[0] * out.shape[1])
+
+    def dense_forward(a: dict) -> np.ndarray:
+        (n, _), f_out = a["x"].shape, a["w"].shape[0]
+        rb, fb = forward_grid(n, f_out)
+        return np.outer(_blocks(n, rb), _blocks(f_out, fb)).ravel()
+
+    def dense_backward(a: dict) -> np.ndarray:
+        (n, f_in), f_out = a["x"].shape, a["w"].shape[0]
+        ib, ob, rb = backward_grid(n, f_in, f_out)
+        dw = _blocks(f_out, ob) * n  # per j: an (ob x N) @ (N x ib) GEMM
+        dx = _blocks(n, rb) * f_out if a["need_dx"] else np.zeros(0)
+        j = np.zeros(max(len(dw), len(dx)))
+        j[:len(dw)] += dw
+        j[:len(dx)] += dx
+        return np.outer(_blocks(f_in, ib), j).ravel()
+
+    def elementwise(a: dict) -> np.ndarray:
+        first = next(iter(a.values()))
+        return _blocks(first.shape[0], activations._BLOCK)
+
+    def update(a: dict) -> np.ndarray:
+        return _blocks(a["p"].shape[0], optim._BLOCK)
+
+    return {
+        "conv2d_forward": lambda a: _even(a["x"].shape[0]),
+        "conv2d_forward_wide": lambda a: _even(a["x"].shape[0]),
+        "conv2d_forward_positions": lambda a: _even(a["x"].shape[0]),
+        "conv2d_backward": lambda a: _parts(a["dout"].shape[0], a["dw_parts"].shape[0]),
+        "conv2d_backward_wide": lambda a: _parts(a["dout"].shape[0], a["dw_parts"].shape[0]),
+        "conv2d_backward_positions": lambda a: _parts(a["dout"].shape[0], a["dw_parts"].shape[0]),
+        "dense_forward": dense_forward,
+        "dense_backward": dense_backward,
+        "sum_chunks": lambda a: _blocks(a["out"].shape[0], reduce_block(a["out"].shape[0])),
+        "softmax_cross_entropy": lambda a: _even(a["logits"].shape[0]),
+        "softmax": lambda a: _even(a["logits"].shape[0]),
+        "maxpool2d_forward": planes, "maxpool2d_forward_nopad": planes,
+        "maxpool2d_backward": planes, "avgpool2d_forward": planes, "avgpool2d_backward": planes,
+        "relu_forward": elementwise, "relu_backward": elementwise, "tanh_forward": elementwise,
+        "tanh_backward": elementwise, "dropout_forward": elementwise,
+        "dropout_backward": elementwise,
+        "sgd_update": update, "rmsprop_update": update, "adam_update": update,
+    }
+
+
+# Per-thread scratch rows (first dimension = numba's thread count): not memory traffic of the call
+_PER_THREAD = {"yw", "cols", "xt", "xpad", "gw", "dcols", "pad", "gmask"}
+
+
+@dataclass
+class Call:
+    """One parallel kernel call of a step, measured at one thread."""
+
+    name: str
+    seconds: float  # the whole call, dispatch included
+    dispatch: float  # numba's dispatch for these arguments (typing and unboxing): serial
+    work: np.ndarray  # work of each prange iteration (relative units)
+    nbytes: int  # bytes of the call's arrays (per-thread scratch excluded)
+
+    @property
+    def iterations(self) -> int:
+        return len(self.work)
+
+
+@dataclass
+class StepProfile:
+    """A training step taken apart (one thread)."""
+
+    net: str
+    batch: int
+    step: float  # seconds per step at one thread
+    calls: list[Call]
+    serial: float  # seconds per step outside the kernel calls (Python, numpy)
+    fork_join: tuple[float, float]  # parallel-region cost at 1 and 2 threads, dispatch excluded
+    measured_2: float | None = None  # measured speed-up of 2 threads over 1
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def share(self, call: Call) -> float:
+        return call.seconds / self.step
+
+
+def _busiest(work: np.ndarray, p: int) -> float:
+    """The work of the busiest of p threads when each takes a contiguous, equal share of the
+    iterations (numba's static schedule)."""
+    n = len(work)
+    if n == 0:
+        return 0.0
+    bounds = (np.arange(min(p, n) + 1) * n) // min(p, n)
+    csum = np.concatenate([[0.0], np.cumsum(work)])
+    return float(np.max(csum[bounds[1:]] - csum[bounds[:-1]]))
+
+
+def overhead(profile: StepProfile, p: int) -> float:
+    """o(p): the fork-join cost of one parallel region at p threads (log2 growth from the
+    measured 1- and 2-thread costs)."""
+    o1, o2 = profile.fork_join
+    return o1 + max(o2 - o1, 0.0) * math.log2(p)
+
+
+def predict(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0) -> float:
+    """Modelled seconds per step at p threads (see the module docstring); ``bandwidth`` in bytes/s;
+    ``efficiency``: each thread's compute speed at p > 1 threads relative to one thread alone (1 for
+    dedicated cores; ``core_efficiency()`` measures this machine's)."""
+    t = profile.serial
+    o1 = profile.fork_join[0]
+    slow = 1.0 / efficiency if p > 1 else 1.0
+    for c in profile.calls:
+        total = float(c.work.sum()) or 1.0
+        compute = max(c.seconds - c.dispatch - o1, 0.0) / total
+        t += c.dispatch + overhead(profile, p) + max(compute * slow * _busiest(c.work, p),
+                                                      c.nbytes / bandwidth)
+    return t
+
+
+def speedup(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0) -> float:
+    return predict(profile, 1, bandwidth) / predict(profile, p, bandwidth, efficiency)
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+def _parallel_kernels() -> dict[str, Any]:
+    from numba.core.registry import CPUDispatcher
+
+    from .kernels import cpu as K
+
+    return {name: getattr(K, name) for name in K.__all__
+            if isinstance(getattr(K, name), CPUDispatcher)
+            and getattr(K, name).targetoptions.get("parallel")}
+
+
+@contextmanager
+def _recording(log: list[tuple[str, float, tuple]]) -> Iterator[None]:
+    """Within the block, every call of a parallel CPU kernel from Python (whichever numbacnn
+    module calls it) appends (name, seconds, args) to log."""
+    kernels = {id(d): name for name, d in _parallel_kernels().items()}
+    patched = []
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("numbacnn") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            name = kernels.get(id(value))
+            if name is None:
+                continue
+
+            def timed(*args, _f=value, _name=name):
+                t0 = time.perf_counter()
+                r = _f(*args)
+                log.append((_name, time.perf_counter() - t0, args))
+                return r
+            patched.append((mod, attr, value))
+            setattr(mod, attr, timed)
+    try:
+        yield
+    finally:
+        for mod, attr, value in patched:
+            setattr(mod, attr, value)
+
+
+_noop = None
+
+
+def _dispatch_seconds(args: tuple, repeats: int = 200) -> float:
+    """numba's cost of calling a compiled function with these arguments (type dispatch and
+    unboxing), timed on a function that does nothing."""
+    global _noop
+    if _noop is None:
+        import numba
+
+        _noop = numba.njit(lambda *a: 0)
+    _noop(*args)  # compile for these types
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            _noop(*args)
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    return best
+
+
+def _fork_join_seconds(threads: int, repeats: int = 2000) -> float:
+    """One parallel region of a one-iteration kernel at ``threads`` threads, dispatch excluded."""
+    from . import _config
+    from .kernels.cpu import relu_forward
+
+    x = np.ones(1, np.float32)
+    y = np.empty(1, np.float32)
+    saved = _config.get_num_threads()
+    _config.set_num_threads(threads)
+    try:
+        relu_forward(y, x)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                relu_forward(y, x)
+            times.append((time.perf_counter() - t0) / repeats)
+    finally:
+        _config.set_num_threads(saved)
+    return min(times) - _dispatch_seconds((y, x))
+
+
+_gemms = None
+
+
+def core_efficiency(threads: int = 2, n: int = 192, repeats: int = 100) -> float:
+    """This machine's compute speed per thread at ``threads`` threads against 1 thread alone:
+    ``threads`` independent single-threaded GEMMs (n x n x n, through the kernels' BLAS) at once
+    against one. 1 on dedicated cores; below 1 on shared or hyper-threaded ones, or when other
+    processes compete for the cores (then it changes from one measurement to the next)."""
+    global _gemms
+    from . import _config
+    from .kernels.cpu.blas import sgemm
+
+    threads = min(threads, _config.max_threads())
+    if threads < 2:
+        return 1.0
+    if _gemms is None:
+        import numba
+
+        @numba.njit(parallel=True, cache=False)
+        def gemms(a, c, n, k, reps):
+            for i in numba.prange(k):  # independent products, one per thread
+                for _ in range(reps):
+                    sgemm(False, False, n, n, n, np.float32(1.0), a, 0, n, a, 0, n,
+                          np.float32(0.0), c[i], 0, n)
+        _gemms = gemms
+    a = np.random.default_rng(0).random(n * n, dtype=np.float32)
+    c = np.zeros((threads, n * n), np.float32)
+    saved = _config.get_num_threads()
+    times = []
+    try:
+        for k in (1, threads):
+            _config.set_num_threads(k)
+            _gemms(a, c, n, k, 1)
+            t0 = time.perf_counter()
+            _gemms(a, c, n, k, repeats)
+            times.append(time.perf_counter() - t0)
+    finally:
+        _config.set_num_threads(saved)
+    return min(1.0, times[0] / times[1])  # the same work per thread in both
+
+
+def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) -> StepProfile:
+    """Profile one SGD-momentum training step of a preset net on random 28x28 data, at one thread.
+
+    The calls of each step are timed in ``rounds`` blocks of ``steps`` steps; the fastest block
+    is kept (on a shared machine interference only adds time), with its per-step mean per call."""
+    from . import _config
+    from .bench import _Ours
+
+    saved = _config.get_num_threads()
+    _config.set_num_threads(1)
+    try:
+        ours = _Ours(net_name, batch)
+        for _ in range(3):
+            ours.train_step()
+        per_round: list[tuple[float, list[float], list[tuple[str, tuple]]]] = []
+        for _ in range(rounds):
+            log: list[tuple[str, float, tuple]] = []
+            with _recording(log):
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    ours.train_step()
+                dt = (time.perf_counter() - t0) / steps
+            n_calls = len(log) // steps
+            secs = [statistics.fmean(log[s * n_calls + i][1] for s in range(steps))
+                    for i in range(n_calls)]
+            per_round.append((dt, secs, [(n, a) for n, _, a in log[:n_calls]]))
+        step, seconds, shapes = min(per_round, key=lambda r: r[0])  # the least disturbed block
+        rules = _iteration_rules()
+        kernels = _parallel_kernels()
+        calls = []
+        for (name, args), sec in zip(shapes, seconds):
+            params = list(inspect.signature(kernels[name].py_func).parameters)
+            named = dict(zip(params, args))
+            nbytes = sum(a.nbytes for k, a in named.items() if isinstance(a, np.ndarray)
+                         and not (k in _PER_THREAD and a.shape[0] == _config.max_threads()))
+            calls.append(Call(name, sec, _dispatch_seconds(args), rules[name](named), nbytes))
+        serial = max(step - sum(c.seconds for c in calls), 0.0)
+        fork_join = (_fork_join_seconds(1), _fork_join_seconds(2) if _config.max_threads() > 1
+                     else _fork_join_seconds(1))
+        return StepProfile(net_name, batch, step, calls, serial, fork_join)
+    finally:
+        _config.set_num_threads(saved)
+
+
+def merge_calls(profile: StepProfile) -> list[tuple[str, int, float, int]]:
+    """(kernel, calls per step, share of the step, fewest iterations of its calls), by share."""
+    by: dict[str, list[Call]] = {}
+    for c in profile.calls:
+        by.setdefault(c.name, []).append(c)
+    rows = [(n, len(cs), sum(profile.share(c) for c in cs), min(c.iterations for c in cs))
+            for n, cs in by.items()]
+    return sorted(rows, key=lambda r: -r[2])

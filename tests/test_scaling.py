@@ -1,0 +1,138 @@
+"""The scaling model (numbacnn/scaling.py): its iteration counts against the kernels' own prange
+loops, its formula against a hand computation, and the parallel slack of the preset nets."""
+import importlib
+import inspect
+
+import numpy as np
+import pytest
+
+import numbacnn as nc
+from numbacnn import scaling
+
+# every parallel CPU kernel runs in a step of one of these (strided gemm conv, unfused padded and
+# unpadded max pools, average pool, tanh, dropout, the three optimizers)
+SPECS = [
+    ("conv(4,3,stride=2),relu,conv(12,3,padding=1),tanh,maxpool(3,stride=1,padding=1),avgpool(2),"
+     "conv(16,3,padding=1),relu,maxpool(2),dropout(0.3),dense(40),relu", (2, 17, 17)),
+    ("conv(6,3),relu,maxpool(3,stride=2),conv(8,3),relu,dense(12)", (1, 12, 12)),
+]
+
+
+def _one_step(spec, shape, n, optimizer, infer=True):
+    net = nc.build_network(spec, shape, 5, seed=0)
+    opt = optimizer(net)
+    rng = np.random.default_rng(0)
+    x = rng.random((n,) + shape, dtype=np.float32)
+    y = rng.integers(0, 5, n)
+    log: list = []
+    with scaling._recording(log):
+        _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+        net.backward(d)
+        opt.step()
+        if infer:
+            net.predict_proba(x[:3])  # the softmax kernel runs in inference only
+    return log
+
+
+def _counted_iterations(name, args):
+    """Run the kernel's Python source with a counting ``prange``: the iterations it really makes
+    (its BLAS calls skipped: they cannot run as Python, and loop counts do not depend on values)."""
+    kernel = scaling._parallel_kernels()[name]
+    module = importlib.import_module(kernel.py_func.__module__)
+    count = [0]
+
+    def counting_prange(*a):
+        r = range(*a)
+        count[0] += len(r)
+        return r
+    saved = dict(vars(module))
+    module.prange = counting_prange
+    if hasattr(module, "sgemm"):
+        module.sgemm = lambda *a: None
+    try:
+        kernel.py_func(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    finally:
+        module.prange = saved["prange"]
+        if "sgemm" in saved:
+            module.sgemm = saved["sgemm"]
+    return count[0]
+
+
+@pytest.mark.parametrize("n", [1, 7, 70, 130])
+def test_iteration_rules_match_the_kernels_prange_loops(n):
+    log = []
+    for (spec, shape), opt in zip(SPECS, (lambda net: nc.SGD(net, lr=0.1, momentum=0.9),
+                                          lambda net: nc.Adam(net))):
+        log += _one_step(spec, shape, n, opt)
+    log += _one_step(SPECS[1][0], SPECS[1][1], n, lambda net: nc.RMSProp(net))
+    rules = scaling._iteration_rules()
+    seen = set()
+    for name, _, args in log:
+        params = list(inspect.signature(scaling._parallel_kernels()[name].py_func).parameters)
+        work = rules[name](dict(zip(params, args)))
+        assert len(work) == _counted_iterations(name, args), name
+        assert np.all(work > 0), name
+        seen.add(name)
+    assert seen == set(scaling._parallel_kernels())  # every parallel kernel ran here
+
+
+def test_every_parallel_kernel_has_an_iteration_rule():
+    assert set(scaling._parallel_kernels()) <= set(scaling._iteration_rules())
+
+
+def test_busiest_thread_under_a_static_schedule():
+    w = np.array([1.0, 2, 3, 4, 5])
+    assert scaling._busiest(w, 1) == 15
+    assert scaling._busiest(w, 2) == 12  # [1, 2] and [3, 4, 5]
+    assert scaling._busiest(w, 5) == 5
+    assert scaling._busiest(w, 64) == 5  # more threads than iterations
+
+
+def test_predicted_step_time_against_a_hand_computation():
+    c1 = scaling.Call("a", 4e-3 + 1e-5 + 2e-6, 1e-5, np.ones(4), 0)  # 4 ms over 4 iterations
+    c2 = scaling.Call("b", 1e-3 + 1e-5 + 2e-6, 1e-5, np.ones(1), int(1e9))  # 1 iteration, 1 GB
+    prof = scaling.StepProfile("x", 1, 0.0, [c1, c2], serial=1e-3, fork_join=(2e-6, 4e-6))
+    prof.step = scaling.predict(prof, 1, bandwidth=1e15)
+    assert prof.step == pytest.approx(1e-3 + c1.seconds + c2.seconds)
+
+    def hand(p, bandwidth=1e15):
+        o = 2e-6 + 2e-6 * np.log2(p)
+        return 1e-3 + 2e-5 + 2 * o + 4e-3 / min(p, 4) + max(1e-3, 1e9 / bandwidth)
+    for p in (2, 4, 8, 64):
+        assert scaling.predict(prof, p, bandwidth=1e15) == pytest.approx(hand(p))
+    # a 100 GB/s ceiling: the 1 GB call cannot take less than 10 ms
+    assert scaling.predict(prof, 8, bandwidth=1e11) == pytest.approx(hand(8, 1e11))
+    # cores at half speed when several run
+    assert scaling.predict(prof, 2, bandwidth=1e15, efficiency=0.5) == pytest.approx(
+        1e-3 + 2e-5 + 2 * (4e-6) + 4e-3 + 2e-3)
+
+
+@pytest.mark.parametrize("net_name", ["lenet5", "mnistcnn"])
+def test_preset_nets_offer_64_way_slack_in_the_conv_kernels(net_name):
+    """The issue's goal: the conv kernels (over 85 % of a step) offer at least 64 independent
+    iterations at batch 128 and at least 32 at batch 64; the Dense layers at least 8 (their grids
+    stop where finer tiles cost more than they give on few cores: docs/performance.md)."""
+    for batch, need in ((128, 64), (64, 32)):
+        log = _one_step(net_name, (1, 28, 28), batch, lambda net: nc.SGD(net, lr=0.1), infer=False)
+        rules = scaling._iteration_rules()
+        for name, _, args in log:
+            params = list(inspect.signature(scaling._parallel_kernels()[name].py_func).parameters)
+            named = dict(zip(params, args))
+            n = len(rules[name](named))
+            if name.startswith("conv2d"):
+                assert n >= need, (name, batch, n)
+            if name.startswith("dense") and named["w"].shape[0] > 10:  # not the 10-class output
+                assert n >= 8, (name, batch, n)
+
+
+def test_profile_step_adds_up():
+    prof = scaling.profile_step("lenet5", 16, steps=2, rounds=2)
+    assert prof.calls and all(c.seconds > 0 and c.dispatch >= 0 for c in prof.calls)
+    assert prof.step == pytest.approx(prof.serial + sum(c.seconds for c in prof.calls), rel=1e-6) \
+        or prof.serial == 0.0
+    assert 0 < scaling.core_efficiency(2, 32, 10) <= 1
+    assert scaling.predict(prof, 1) == pytest.approx(prof.step, rel=0.05) or prof.serial == 0.0
+    names = [c.name for c in prof.calls]
+    assert names.count("conv2d_backward_positions") == 1 and "sgd_update" in names
+    assert scaling.speedup(prof, 1) == 1
+    assert 1 < scaling.speedup(prof, 2) <= 2
