@@ -64,8 +64,8 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         return _even(out.shape[0] * out.shape[1])
 
     def dense_forward(a: dict) -> np.ndarray:
-        (n, _), f_out = a["x"].shape, a["w"].shape[0]
-        rb, fb = forward_grid(n, f_out)
+        (n, f_in), f_out = a["x"].shape, a["w"].shape[0]
+        rb, fb = forward_grid(n, f_in, f_out)
         return np.outer(_blocks(n, rb), _blocks(f_out, fb)).ravel()
 
     def dense_backward(a: dict) -> np.ndarray:

@@ -2,8 +2,8 @@
 (one tile per prange iteration). Every GEMM spans its whole inner dimension, so no gradient needs a
 cross-thread reduction; the grid depends on the shapes only, so neither do the results on the thread
 count. Finer grids cost time on few cores: each tile's GEMM packs its operands again (64 tiles made
-mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at about 32
-tiles and at tile sides of 32 rows and 8 to 64 features (docs/performance.md)."""
+mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at 32 tiles,
+and at fewer for small layers (docs/performance.md)."""
 import numpy as np
 from numba import prange
 
@@ -18,28 +18,51 @@ def tile(size, most, minimum):
     return max(minimum, -(-size // most))
 
 
+# Multiply-adds a tile should hold at least (about 5 us of GEMM): below that the per-call cost of
+# a small GEMM outweighs what another thread gains (lenet5's 256 -> 120 layer at batch 64 took 1.8x
+# as long on 30 tiles of 8 features as on 4 blocks)
+MIN_TILE_WORK = 1 << 18
+
+
 @kernel(parallel=False)
-def forward_grid(N, F_out):
-    """(rows, features) of dense_forward's tiles."""
-    return tile(N, 2, 32), tile(F_out, 16, 8)
+def forward_grid(N, F_in, F_out):
+    """(rows, features) of dense_forward's tiles: up to 2 x 16, coarser while a tile holds fewer
+    than MIN_TILE_WORK multiply-adds."""
+    rb = tile(N, 2, 32)
+    fb = tile(F_out, 16, 8)
+    while fb < F_out and rb * fb * F_in < MIN_TILE_WORK:
+        fb *= 2
+    while rb < N and rb * fb * F_in < MIN_TILE_WORK:
+        rb *= 2
+    return rb, fb
 
 
 @kernel(parallel=False)
 def backward_grid(N, F_in, F_out):
-    """(input features, output features of dw, rows of dx) of dense_backward's tiles."""
-    return tile(F_in, 16, 64), tile(F_out, 2, 32), tile(N, 2, 32)
+    """(input features, output features of dw, rows of dx) of dense_backward's tiles: up to
+    16 x 2; where a tile would hold fewer than MIN_TILE_WORK multiply-adds, first all output
+    features and rows in one tile (16 x 1), then fewer input-feature blocks."""
+    ib = tile(F_in, 16, 64)
+    ob = tile(F_out, 2, 32)
+    rb = tile(N, 2, 32)
+    if min(ob * N, rb * F_out) * ib < MIN_TILE_WORK:
+        ob = F_out
+        rb = N
+    while ib < F_in and N * F_out * ib < MIN_TILE_WORK:
+        ib *= 2
+    return ib, ob, rb
 
 
 @kernel()
 def dense_forward(out, x, w, b):
     """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
-    Tiles: up to 2 blocks of rows x 16 blocks of output features."""
+    Tiles (forward_grid): up to 2 blocks of rows x 16 blocks of output features."""
     N, F_in = x.shape
     F_out = w.shape[0]
     xf = x.reshape(N * F_in)
     wf = w.reshape(F_out * F_in)
     of = out.reshape(N * F_out)
-    rb, fb = forward_grid(N, F_out)
+    rb, fb = forward_grid(N, F_in, F_out)
     n_f = -(-F_out // fb)
     for t in prange(-(-N // rb) * n_f):  # disjoint tiles of out
         r0 = (t // n_f) * rb
