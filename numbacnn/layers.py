@@ -103,11 +103,15 @@ class Layer:
         if not (isinstance(x, np.ndarray) or self.backend.is_array(x)) or x.dtype != np.float32:
             raise ValueError(f"{self._label()}: expected a float32 ndarray, got "
                              f"{type(x).__name__} of dtype {getattr(x, 'dtype', None)}")
-        if x.shape[0] < 1:
-            raise ValueError(f"{self._label()}: empty batch (shape {x.shape})")
-        out = self.output_shape(tuple(x.shape[1:]))
-        self._in_shape = tuple(x.shape)
-        return (x.shape[0],) + out
+        shape = x.shape
+        if shape[0] < 1:
+            raise ValueError(f"{self._label()}: empty batch (shape {shape})")
+        known = self.__dict__.get("_shape_checked")  # (input, output) per example, checked before
+        if known is None or known[0] != shape[1:]:
+            known = (shape[1:], self.output_shape(tuple(shape[1:])))
+            self._shape_checked = known
+        self._in_shape = shape
+        return (shape[0],) + known[1]
 
     def _check_grad(self, dy: np.ndarray, expected: Shape) -> np.ndarray:
         if self._in_shape is None:

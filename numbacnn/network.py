@@ -142,7 +142,9 @@ class Sequential:
             raise ValueError(f"input must be a floating-point array (float32), got dtype {x.dtype}")
         if x.ndim < 2 or x.shape[0] == 0:
             raise ValueError(f"input must be a non-empty batch (N, ...), got shape {x.shape}")
-        self.output_shape(x.shape[1:])  # raises a ValueError naming the layer before any kernel runs
+        if self.__dict__.get("_shape_checked") != (x.shape[1:], len(self.layers)):
+            self.output_shape(x.shape[1:])  # raises a ValueError naming the layer before any kernel
+            self._shape_checked = (x.shape[1:], len(self.layers))  # runs; checked once per shape
         return np.ascontiguousarray(x, dtype=np.float32)
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:

@@ -110,8 +110,9 @@ def test_predicted_step_time_against_a_hand_computation():
 @pytest.mark.parametrize("net_name", ["lenet5", "mnistcnn"])
 def test_preset_nets_offer_64_way_slack_in_the_conv_kernels(net_name):
     """The issue's goal: the conv kernels (over 85 % of a step) offer at least 64 independent
-    iterations at batch 128 and at least 32 at batch 64; the Dense layers at least 8 (their grids
-    stop where finer tiles cost more than they give on few cores: docs/performance.md)."""
+    iterations at batch 128 and at least 32 at batch 64; mnistcnn's 1600 -> 128 Dense layer at
+    least 32 (the grids of smaller Dense layers stay coarse: finer tiles cost more than they give on
+    few cores, docs/performance.md)."""
     for batch, need in ((128, 64), (64, 32)):
         log = _one_step(net_name, (1, 28, 28), batch, lambda net: nc.SGD(net, lr=0.1), infer=False)
         rules = scaling._iteration_rules()
@@ -121,8 +122,8 @@ def test_preset_nets_offer_64_way_slack_in_the_conv_kernels(net_name):
             n = len(rules[name](named))
             if name.startswith("conv2d"):
                 assert n >= need, (name, batch, n)
-            if name.startswith("dense") and named["w"].shape[0] > 10:  # not the 10-class output
-                assert n >= 8, (name, batch, n)
+            if name.startswith("dense") and named["w"].size >= 100_000:
+                assert n >= 32, (name, batch, n)
 
 
 def test_profile_step_adds_up():
