@@ -2,9 +2,9 @@
 
 ``profile_step`` measures in this process, at one thread: every parallel kernel call of a step (its
 time, its ``prange`` iteration count and the work of each iteration, the bytes of its arrays), the
-cost of numba's dispatch for that call, the fork-join cost of a parallel region at 1 and 2 threads,
-and the serial rest of the step (Python and numpy between the calls). ``predict`` turns a profile
-into the step time at p threads:
+cost of numba's dispatch for that call, the fork-join cost of a parallel region at 1 and 2 threads
+(after as much Python as a step runs between two calls), and the serial rest of the step (Python
+and numpy between the calls). ``predict`` turns a profile into the step time at p threads:
 
     T(p) = S + sum over calls k of [ d_k + o(p) + max(c_k * W_k(p), B_k / bandwidth) ]
 
@@ -241,8 +241,10 @@ def _dispatch_seconds(args: tuple, repeats: int = 200) -> float:
     return best
 
 
-def _fork_join_seconds(threads: int, repeats: int = 2000) -> float:
-    """One parallel region of a one-iteration kernel at ``threads`` threads, dispatch excluded."""
+def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 300) -> float:
+    """One parallel region of a one-iteration kernel at ``threads`` threads, dispatch excluded,
+    each call after ``gap`` seconds of Python (as a step's calls come: worker threads and caches
+    cool down between them); the median call."""
     from . import _config
     from .kernels.cpu import relu_forward
 
@@ -250,17 +252,19 @@ def _fork_join_seconds(threads: int, repeats: int = 2000) -> float:
     y = np.empty(1, np.float32)
     saved = _config.get_num_threads()
     _config.set_num_threads(threads)
+    times = []
     try:
         relu_forward(y, x)
-        times = []
-        for _ in range(5):
+        for _ in range(repeats):
+            until = time.perf_counter() + gap
+            while time.perf_counter() < until:  # Python busy between two kernel calls
+                pass
             t0 = time.perf_counter()
-            for _ in range(repeats):
-                relu_forward(y, x)
-            times.append((time.perf_counter() - t0) / repeats)
+            relu_forward(y, x)
+            times.append(time.perf_counter() - t0)
     finally:
         _config.set_num_threads(saved)
-    return min(times) - _dispatch_seconds((y, x))
+    return max(statistics.median(times) - _dispatch_seconds((y, x)), 0.0)
 
 
 _gemms = None
@@ -341,8 +345,9 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
                          and not (k in _PER_THREAD and a.shape[0] == _config.max_threads()))
             calls.append(Call(name, sec, _dispatch_seconds(args), rules[name](named), nbytes))
         serial = max(step - sum(c.seconds for c in calls), 0.0)
-        fork_join = (_fork_join_seconds(1), _fork_join_seconds(2) if _config.max_threads() > 1
-                     else _fork_join_seconds(1))
+        gap = min(serial / max(len(calls), 1), 5e-4)  # the Python between two kernel calls
+        fork_join = (_fork_join_seconds(1, gap), _fork_join_seconds(2, gap)
+                     if _config.max_threads() > 1 else _fork_join_seconds(1, gap))
         return StepProfile(net_name, batch, step, calls, serial, fork_join)
     finally:
         _config.set_num_threads(saved)

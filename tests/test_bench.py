@@ -43,4 +43,11 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     rounds = data["thread_scaling_rounds"]["lenet5"]["8"]
     assert len(rounds) == 3 and all(r > 0 for r in rounds)
     assert data["thread_scaling"]["lenet5"]["8"] == sorted(rounds)[1]  # the median
-    assert "lenet5" in capsys.readouterr().out
+    # the modelled speed-ups, with the 2-thread one beside the measured one
+    model = data["modelled_scaling"]["lenet5"]["8"]
+    assert set(model["speedup"]) == {"2", "4", "8", "16", "32", "64"}
+    assert 1 <= model["speedup"]["2"] <= 2 and model["speedup"]["64"] >= model["speedup"]["2"]
+    assert model["measured"] == data["thread_scaling"]["lenet5"]["8"]
+    assert 0 < model["core_efficiency"] <= 1
+    out = capsys.readouterr().out
+    assert "lenet5" in out and "MODELLED" in out
