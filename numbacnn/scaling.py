@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -136,7 +136,6 @@ class StepProfile:
     serial: float  # seconds per step outside the kernel calls (Python, numpy)
     fork_join: tuple[float, float]  # parallel-region cost at 1 and 2 threads, dispatch excluded
     measured_2: float | None = None  # measured speed-up of 2 threads over 1
-    notes: dict[str, Any] = field(default_factory=dict)
 
     def share(self, call: Call) -> float:
         return call.seconds / self.step

@@ -1,14 +1,9 @@
-"""Small shared CPU kernels: chunk bounds, bias-gradient row sums and the fixed-order reduction
+"""Small shared CPU kernels: gradient-part bounds, bias-gradient row sums and the fixed-order reduction
 of per-chunk gradients."""
 import numpy as np
 from numba import prange
 
 from ..._config import kernel
-
-
-@kernel(parallel=False)
-def n_chunks(n, chunk):
-    return (n + chunk - 1) // chunk
 
 
 @kernel(parallel=False)
@@ -59,7 +54,7 @@ def reduce_block(M):
 def sum_chunks(out, parts):
     """out[...] = sum over c of parts[c, ...], added in chunk order (deterministic).
 
-    out: (M,) flat view of a gradient; parts: (n_chunks, M).
+    out: (M,) flat view of a gradient; parts: (P, M), one row per gradient part.
     """
     M = out.shape[0]
     n_parts = parts.shape[0]
