@@ -165,6 +165,16 @@ MUTANTS = [
       "return self.classes_[np.argmax(logits, axis=1)]",
       "return self.classes_[::-1][np.argmax(logits, axis=1)]",
       ["tests/test_estimator.py", "-k", "string_labels"]),
+    # cold start
+    M("warm-up child compiles from the first kernel, not the last", "numbacnn/backend/warmup.py",
+      "for disp, sig in reversed(step_jobs(", "for disp, sig in (step_jobs(",
+      ["tests/test_warmup.py", "-k", "cold_cache"]),
+    M("a claim held by the other process is not waited for", "numbacnn/backend/warmup.py",
+      "            if not mine:\n                self.wait_done(key)", "            pass",
+      ["tests/test_warmup.py", "-k", "claims"]),
+    M("stratified split rounds class shares down", "numbacnn/data/__init__.py",
+      'extra = np.argsort(-(quota - take), kind="stable")', 'extra = np.argsort(quota - take, kind="stable")',
+      ["tests/test_data.py", "-k", "stratified"]),
 ]
 
 

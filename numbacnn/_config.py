@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import numba
 
@@ -34,17 +37,27 @@ _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 KERNEL_OPT = 2
 
 
-def _compile_at_kernel_opt(compile_sig):
+# While a warm-up child shares the compilation (backend/warmup.py): compile_hook(dispatcher, sig),
+# a context manager around every kernel or helper specialisation compiled from here on.
+compile_hook: Callable[[Any, tuple], AbstractContextManager] | None = None
+
+
+def _compile_at_kernel_opt(dispatcher, compile_sig):
     """Wrap a dispatcher's ``compile(sig)`` so that it runs with numba.config.OPT = KERNEL_OPT
-    (callees compiled on the way, such as the kernels' helpers and parfor bodies, included)."""
+    (callees compiled on the way, such as the kernels' helpers and parfor bodies, included), inside
+    ``compile_hook`` when one is set."""
     from numba.core.compiler_lock import global_compiler_lock
 
     def compile(sig):
         with global_compiler_lock:  # reentrant; keeps other threads' compilations at their level
+            hook = compile_hook
+            shared = (hook(dispatcher, tuple(sig)) if hook is not None
+                      and tuple(sig) not in dispatcher.overloads else nullcontext())
             saved = numba.config.OPT
             numba.config.OPT = type(saved)(KERNEL_OPT)
             try:
-                return compile_sig(sig)
+                with shared:
+                    return compile_sig(sig)
             finally:
                 numba.config.OPT = saved
     return compile
@@ -73,9 +86,35 @@ def kernel(parallel: bool = True, fastmath: bool = True):
             _CACHE = False  # once: the other kernels compile in memory without asking again
             dispatcher = numba.njit(cache=False, **flags)(func)
         if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
-            dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
+            dispatcher.compile = _compile_at_kernel_opt(dispatcher, dispatcher.compile)
         return dispatcher
     return decorate
+
+
+@contextmanager
+def kernels_replaced(replace: Callable[[Any], Callable | None]) -> Iterator[None]:
+    """Within the block, every numba dispatcher that a numbacnn module holds as a global (so every
+    kernel call from Python, through whichever module makes it) is replaced by ``replace(dispatcher)``,
+    unless that returns None. Compiled code is not affected; not thread-safe (it swaps module
+    globals): for profiles and a warm-up child, never in a library call."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    patched = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("numbacnn") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            new = replace(value) if isinstance(value, CPUDispatcher) else None
+            if new is not None:
+                patched.append((mod, attr, value))
+                setattr(mod, attr, new)
+    try:
+        yield
+    finally:
+        for mod, attr, value in patched:
+            setattr(mod, attr, value)
 
 
 _blas_done = False

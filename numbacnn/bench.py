@@ -86,8 +86,8 @@ class _Ours:
         import numbacnn as nc
 
         self.net = nc.build_network(net_name, SHAPE, N_CLASSES, seed=0).to(device)
-        self.net.backend.start_precompile(self.net, SHAPE)  # as Trainer.fit does
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
+        self.net.backend.start_precompile(self.net, SHAPE, self.opt, batch)  # as Trainer.fit does
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
         self.y = rng.integers(0, N_CLASSES, batch)

@@ -21,10 +21,9 @@ from __future__ import annotations
 import inspect
 import math
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,32 +190,25 @@ def _parallel_kernels() -> dict[str, Any]:
             and getattr(K, name).targetoptions.get("parallel")}
 
 
-@contextmanager
-def _recording(log: list[tuple[str, float, tuple]]) -> Iterator[None]:
+def _recording(log: list[tuple[str, float, tuple]]) -> AbstractContextManager:
     """Within the block, every call of a parallel CPU kernel from Python (whichever numbacnn
     module calls it) appends (name, seconds, args) to log."""
-    kernels = {id(d): name for name, d in _parallel_kernels().items()}
-    patched = []
-    for mod_name, mod in list(sys.modules.items()):
-        if not mod_name.startswith("numbacnn") or mod is None:
-            continue
-        for attr, value in list(vars(mod).items()):
-            name = kernels.get(id(value))
-            if name is None:
-                continue
+    from ._config import kernels_replaced
 
-            def timed(*args, _f=value, _name=name):
-                t0 = time.perf_counter()
-                r = _f(*args)
-                log.append((_name, time.perf_counter() - t0, args))
-                return r
-            patched.append((mod, attr, value))
-            setattr(mod, attr, timed)
-    try:
-        yield
-    finally:
-        for mod, attr, value in patched:
-            setattr(mod, attr, value)
+    kernels = {id(d): name for name, d in _parallel_kernels().items()}
+
+    def timed(dispatcher: Any) -> Callable | None:
+        name = kernels.get(id(dispatcher))
+        if name is None:
+            return None
+
+        def call(*args):
+            t0 = time.perf_counter()
+            r = dispatcher(*args)
+            log.append((name, time.perf_counter() - t0, args))
+            return r
+        return call
+    return kernels_replaced(timed)
 
 
 _noop = None

@@ -175,7 +175,7 @@ class Trainer:
         n = len(x)
         if not self._precompile_checked:  # a cold JIT cache may compile ahead while we start
             self._precompile_checked = True
-            self.net.backend.start_precompile(self.net, x.shape[1:])
+            self.net.backend.start_precompile(self.net, x.shape[1:], self.optimizer, self.batch_size)
         if self._epoch_rng_state is None:
             self._epoch_rng_state = dict(self.rng.bit_generator.state)
             order = self.rng.permutation(n) if self.shuffle else np.arange(n)

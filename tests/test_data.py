@@ -4,13 +4,24 @@ import gzip
 import hashlib
 import http.server
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 from conftest import MNIST_DIR
 
-from numbacnn.data import DataError, load_csv, load_dataset, load_npz, read_idx, write_idx
+from numbacnn.data import (
+    DataError,
+    load_csv,
+    load_dataset,
+    load_digits_dataset,
+    load_npz,
+    read_idx,
+    stratified_split,
+    write_idx,
+)
 from numbacnn.data.download import DownloadError, download
 
 
@@ -44,6 +55,46 @@ def test_idx_test_only_directory_is_split_stratified(tmp_path):
     assert len(a.y_train) == 24 and len(a.y_test) == 6
     assert np.bincount(a.y_test).tolist() == [2, 2, 2]  # stratified
     np.testing.assert_array_equal(a.y_test, b.y_test)
+
+
+def test_stratified_split_takes_each_class_share_by_largest_remainder():
+    # 4 + 3 + 3 examples of classes 0/1/2, test_size 0.25: ceil(2.5) = 3 test examples; shares
+    # 1.2, 0.9, 0.9 -> floors 1, 0, 0 and the 2 left go to the largest remainders, 0.9 and 0.9
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2])
+    x = np.arange(10) * 10
+    for seed in range(5):
+        x_tr, x_te, y_tr, y_te = stratified_split(x, y, 0.25, seed)
+        assert np.bincount(y_te).tolist() == [1, 1, 1] and len(y_tr) == 7
+        assert sorted(np.concatenate([x_tr, x_te]).tolist()) == x.tolist()  # a partition
+        np.testing.assert_array_equal(y[x_te // 10], y_te)  # rows travel with their labels
+        np.testing.assert_array_equal(y[x_tr // 10], y_tr)
+    draws = {tuple(stratified_split(x, y, 0.25, seed)[1]) for seed in range(10)}
+    assert len(draws) > 1  # seeded, not fixed
+    np.testing.assert_array_equal(stratified_split(x, y, 0.25, 7)[1], stratified_split(x, y, 0.25, 7)[1])
+
+
+def test_stratified_split_falls_back_and_rejects_what_cannot_be_split():
+    y = np.array([0, 0, 0, 0, 0, 1])  # class 1 has one example: a plain random split
+    x_tr, x_te, y_tr, y_te = stratified_split(np.arange(6), y, 0.5, 0)
+    assert len(x_te) == 3 and sorted(np.concatenate([x_tr, x_te]).tolist()) == list(range(6))
+    with pytest.raises(DataError, match="test size must lie in"):
+        stratified_split(np.arange(6), y, 1.0, 0)
+    with pytest.raises(DataError, match="cannot split 1 examples"):
+        stratified_split(np.arange(1), np.zeros(1, int), 0.2, 0)
+
+
+def test_digits_are_scikit_learns_and_load_without_importing_it():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x, y = load_digits_dataset()
+    assert x.shape == (1797, 1, 8, 8) and x.dtype == np.float32 and y.dtype == np.int64
+    np.testing.assert_array_equal(x[:, 0], d.images.astype(np.float32) / np.float32(16.0))
+    np.testing.assert_array_equal(y, d.target)
+    code = ("import sys; from numbacnn.data import load_dataset; ds = load_dataset(None); "
+            "print(len(ds.y_train), len(ds.y_test), 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1437", "360", "False"], out.stderr
 
 
 def test_idx_images_file_with_labels_beside_or_given(tmp_path):

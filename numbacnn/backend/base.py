@@ -178,9 +178,10 @@ class Backend:
         self.kernels.adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
 
     # --- compilation ------------------------------------------------------------------------------
-    def start_precompile(self, net: Any, in_shape: Shape) -> bool:
+    def start_precompile(self, net: Any, in_shape: Shape, optimizer: Any = None, batch_size: int = 2) -> bool:
         """Called by whoever is about to train ``net`` on inputs of per-example shape ``in_shape``
-        (Trainer, CLI, estimator): may start compiling its kernels ahead; returns whether it did."""
+        in batches of ``batch_size`` with ``optimizer`` (Trainer, benchmark, distributed warm-up):
+        may start compiling its kernels ahead; returns whether it did."""
         return False
 
 

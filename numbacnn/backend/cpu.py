@@ -50,7 +50,7 @@ class CpuBackend(Backend):
             plan = WidePlan
         else:
             plan = GemmPlan
-        return plan(geometry, before_backward=warmup.wait_pending)  # type: ignore[call-arg]
+        return plan(geometry)
 
     def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
         if padding == (0, 0):
@@ -64,5 +64,5 @@ class CpuBackend(Backend):
     def dense_backward(self, dx, dw, db, dy, x, w) -> None:
         K.dense_backward(_NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)
 
-    def start_precompile(self, net: Any, in_shape: Shape) -> bool:
-        return warmup.start_backward_precompile(net, in_shape)
+    def start_precompile(self, net: Any, in_shape: Shape, optimizer: Any = None, batch_size: int = 2) -> bool:
+        return warmup.start_precompile(net, in_shape, optimizer, batch_size)

@@ -253,24 +253,59 @@ def _is_number(s: str) -> bool:
 
 # --- datasets ------------------------------------------------------------------------------------
 def load_digits_dataset() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's 8x8 digits (1,797 images, embedded in scikit-learn), as (N, 1, 8, 8) in [0, 1]."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's 8x8 digits (1,797 images), as (N, 1, 8, 8) in [0, 1].
 
-    d = load_digits()
-    return (d.images.astype(np.float32)[:, None] / np.float32(16.0)), d.target.astype(np.int64)
+    Read straight from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``: 64
+    pixel values 0-16, then the label, per row), without importing scikit-learn, which would take
+    most of a second; ``sklearn.datasets.load_digits`` only where that file is not found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = next((p for p in (os.path.join(r, "datasets", "data", "digits.csv.gz") for r in roots)
+                 if os.path.exists(p)), None)
+    if path is None:  # pragma: no cover - a scikit-learn with another layout
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        images, target = d.images, d.target
+    else:
+        rows = np.loadtxt(path, delimiter=",", dtype=np.float32)
+        images, target = rows[:, :-1].reshape(-1, 8, 8), rows[:, -1]
+    return (images.astype(np.float32)[:, None] / np.float32(16.0)), target.astype(np.int64)
 
 
 def stratified_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
-    from sklearn.model_selection import train_test_split
+    """A seeded random hold-out of ceil(test_size * N) examples: ``x_train, x_test, y_train,
+    y_test``, each part in random order.
 
+    Stratified when every class has at least 2 examples and both parts can hold one of each class:
+    each class gives its share of the test part (shares rounded by largest remainder, ties to the
+    smaller label), drawn at random from its examples. Otherwise a plain random split."""
     if not 0.0 < test_size < 1.0:
         raise DataError(f"test size must lie in (0, 1), got {test_size}")
-    counts = np.bincount(y)
-    stratify = y if counts[counts > 0].min() >= 2 and len(y) * test_size >= (counts > 0).sum() else None
-    try:
-        return train_test_split(x, y, test_size=test_size, random_state=seed, stratify=stratify)
-    except ValueError as e:
-        raise DataError(f"cannot split {len(y)} examples with test size {test_size}: {e}") from None
+    n = len(y)
+    n_test = math.ceil(test_size * n)
+    if n_test >= n:
+        raise DataError(f"cannot split {n} examples with test size {test_size}: the test part would "
+                        f"take {n_test} and leave none to train on")
+    rng = np.random.default_rng(seed)
+    _, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+    if counts.min() >= 2 and min(n_test, n - n_test) >= len(counts):
+        quota = counts * (n_test / n)
+        take = np.floor(quota).astype(np.int64)
+        extra = np.argsort(-(quota - take), kind="stable")[:n_test - take.sum()]
+        take[extra] += 1
+        order = np.argsort(inverse, kind="stable")  # examples grouped by class, in order
+        test = np.concatenate([rng.permutation(members)[:t] for members, t in
+                               zip(np.split(order, np.cumsum(counts)[:-1]), take)])
+        is_test = np.zeros(n, bool)
+        is_test[test] = True
+        train, test = rng.permutation(np.flatnonzero(~is_test)), rng.permutation(test)
+    else:
+        perm = rng.permutation(n)
+        train, test = perm[n_test:], perm[:n_test]
+    return x[train], x[test], y[train], y[test]
 
 
 def load_dataset(path: str | None = None, labels: str | None = None, test_size: float = 0.2,

@@ -3,7 +3,6 @@ examples reduced in a fixed order (bitwise the same for any thread count), and t
 output buffers."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,12 +13,15 @@ from ._util import sum_chunks
 
 
 class CpuConvPlan(ConvPlan):
-    """Base of the CPU plans: ``forward`` stores x; ``backward`` waits for a warm-up compile child
-    (``before_backward``), makes the gradient parts and reduces them after ``_backward``."""
+    """Base of the CPU plans: ``forward`` stores x; ``backward`` makes the gradient parts and
+    reduces them after ``_backward``. ``forward_kernel`` and ``backward_kernel``: the plan's two
+    parallel kernels (for the warm-up's cold-cache check)."""
 
-    def __init__(self, geometry: ConvGeometry, before_backward: Callable[[], None] | None = None) -> None:
+    forward_kernel: Any = None
+    backward_kernel: Any = None
+
+    def __init__(self, geometry: ConvGeometry) -> None:
         super().__init__(geometry)
-        self.before_backward = before_backward
         self.slots = _config.max_threads()  # rows of the per-thread workspaces (fixed per process)
 
     def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
@@ -35,8 +37,6 @@ class CpuConvPlan(ConvPlan):
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                  relu: bool, pool: Pair | None) -> Any:
-        if self.before_backward is not None:
-            self.before_backward()
         x = ws["x"]
         n = x.shape[0]
         chunks = _config.grad_parts(n)

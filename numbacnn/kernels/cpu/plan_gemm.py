@@ -12,6 +12,7 @@ from .conv2d import conv2d_backward, conv2d_forward
 class GemmPlan(CpuConvPlan):
     name = "gemm"
     fuses_pool = False
+    forward_kernel = conv2d_forward
     backward_kernel = conv2d_backward
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:

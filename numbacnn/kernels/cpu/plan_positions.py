@@ -16,6 +16,7 @@ from .conv2d_positions import conv2d_backward_positions, conv2d_forward_position
 class PositionsPlan(CpuConvPlan):
     name = "positions"
     fuses_pool = True
+    forward_kernel = conv2d_forward_positions
     backward_kernel = conv2d_backward_positions
 
     def _xt_shape(self, x: np.ndarray) -> tuple[int, int, int]:

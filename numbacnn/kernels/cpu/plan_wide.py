@@ -13,6 +13,7 @@ from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 class WidePlan(CpuConvPlan):
     name = "wide"
     fuses_pool = True
+    forward_kernel = conv2d_forward_wide
     backward_kernel = conv2d_backward_wide
 
     def _geometry(self, x: np.ndarray) -> tuple[int, int, int]:
