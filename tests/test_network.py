@@ -236,13 +236,13 @@ def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
     from numbacnn import _config
 
     before = numba.config.OPT
-    seen = _config._compile_at_kernel_opt(lambda sig: int(numba.config.OPT))(None)
+    seen = _config._compile_at_kernel_opt(None, lambda sig: int(numba.config.OPT))(())
     assert seen == _config.KERNEL_OPT and numba.config.OPT == before
 
     def fail(sig):
         raise RuntimeError("compile failed")
     with pytest.raises(RuntimeError, match="compile failed"):
-        _config._compile_at_kernel_opt(fail)(None)
+        _config._compile_at_kernel_opt(None, fail)(())
     assert numba.config.OPT == before
 
     @_config.kernel(parallel=False)

@@ -125,24 +125,33 @@ def test_claims_decide_who_compiles_and_waits_end_with_the_other_process(tmp_pat
     assert not (tmp_path / f"{third}.done").exists()
 
 
-def test_the_child_stops_where_the_parent_has_been(tmp_path, monkeypatch):
-    """Every job claimed but the last: the child compiles the last one only (into the cache) and
-    stops at the parent's first claim."""
+def test_the_child_stops_where_the_parent_has_been(tmp_path):
+    """Every job claimed but the last: the child (a fresh process, as started by the warm-up)
+    compiles the last one only, into the cache, and stops at the parent's first claim."""
     import pickle
 
-    monkeypatch.setattr(_config, "compile_hook", None)
     net = nc.build_network("conv(2,3),relu,dense(4)", (1, 6, 6), 3, seed=0)
     opt = nc.SGD(net, lr=0.1)
-    with open(tmp_path / "step.pkl", "wb") as f:
+    folder = tmp_path / "share"
+    folder.mkdir()
+    with open(folder / "step.pkl", "wb") as f:
         pickle.dump((net, opt, (1, 6, 6), 2), f)
-    jobs = warmup.step_jobs(*pickle.loads((tmp_path / "step.pkl").read_bytes())[:2], (1, 6, 6), 2)
+    jobs = warmup.step_jobs(*pickle.loads((folder / "step.pkl").read_bytes())[:2], (1, 6, 6), 2)
     for disp, sig in jobs[:-1]:
-        (tmp_path / f"{warmup.job_key(disp, sig)}.claim").touch()
+        (folder / f"{warmup.job_key(disp, sig)}.claim").touch()
     last, sig = jobs[-1]
-    warmup.child(str(tmp_path))
-    assert (tmp_path / f"{warmup.job_key(last, sig)}.done").exists()
-    assert len(list(tmp_path.glob("*.done"))) >= 1 and tuple(sig) in last.overloads
-    assert not any((tmp_path / f"{warmup.job_key(d, s)}.done").exists() for d, s in jobs[:-1])
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBACNN_PRECOMPILE="0")
+    env.pop("NUMBACNN_NO_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", warmup._CHILD, str(folder)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (folder / f"{warmup.job_key(last, sig)}.done").exists()
+    assert not any((folder / f"{warmup.job_key(d, s)}.done").exists() for d, s in jobs[:-1])
+    index = {p.name.split("-")[0] for p in (tmp_path / "cache").rglob("*.nbi")}
+    module = last.py_func.__module__.rsplit(".", 1)[1]
+    assert f"{module}.{last.__name__}" in index
+    assert not any(f"{d.py_func.__module__.rsplit('.', 1)[1]}.{d.__name__}" in index
+                   for d, _ in jobs[:-1] if d is not last)
 
 
 def test_the_trainer_starts_the_warm_up_once(monkeypatch):
