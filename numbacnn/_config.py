@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -97,8 +98,6 @@ def kernels_replaced(replace: Callable[[Any], Callable | None]) -> Iterator[None
     kernel call from Python, through whichever module makes it) is replaced by ``replace(dispatcher)``,
     unless that returns None. Compiled code is not affected; not thread-safe (it swaps module
     globals): for profiles and a warm-up child, never in a library call."""
-    import sys
-
     from numba.core.registry import CPUDispatcher
 
     patched = []

@@ -69,6 +69,9 @@ def test_cold_cache_work_is_shared_with_a_child_and_results_are_unchanged(tmp_pa
 def test_no_child_without_disk_cache_or_when_switched_off(monkeypatch):
     net = nc.build_network("mnistcnn", (1, 28, 28), 10, seed=0)
     monkeypatch.setattr(warmup, "_cache_is_cold", lambda kernel: True)
+    for name in ("_session", "_child"):  # as in a process that never started one
+        monkeypatch.setattr(warmup, name, None)
+    monkeypatch.setattr(_config, "compile_hook", None)
     monkeypatch.setenv("NUMBACNN_PRECOMPILE", "0")
     assert net.backend.start_precompile(net, (1, 28, 28)) is False
     monkeypatch.setenv("NUMBACNN_PRECOMPILE", "1")
