@@ -165,6 +165,14 @@ MUTANTS = [
       "return self.classes_[np.argmax(logits, axis=1)]",
       "return self.classes_[::-1][np.argmax(logits, axis=1)]",
       ["tests/test_estimator.py", "-k", "string_labels"]),
+    # recorded steps
+    M("a replayed step skips the host operations (weight transposes, dropout masks)", "numbacnn/program.py",
+      "                (f if mod is None else getattr(mod, f))(*args)",
+      "                if mod is not None:\n                    getattr(mod, f)(*args)",
+      ["tests/test_program.py", "-k", "same_bits"]),
+    M("recording takes other threads' kernel calls too", "numbacnn/program.py",
+      "                if threading.get_ident() == me:", "                if True:",
+      ["tests/test_program.py", "-k", "thread"]),
     # cold start
     M("warm-up child compiles from the first kernel, not the last", "numbacnn/backend/warmup.py",
       "for disp, sig in reversed(step_jobs(", "for disp, sig in (step_jobs(",

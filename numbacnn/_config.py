@@ -93,19 +93,24 @@ def kernel(parallel: bool = True, fastmath: bool = True):
 
 
 @contextmanager
-def kernels_replaced(replace: Callable[[Any], Callable | None]) -> Iterator[None]:
-    """Within the block, every numba dispatcher that a numbacnn module holds as a global (so every
-    kernel call from Python, through whichever module makes it) is replaced by ``replace(dispatcher)``,
-    unless that returns None. Compiled code is not affected; not thread-safe (it swaps module
-    globals): for profiles and a warm-up child, never in a library call."""
+def kernels_replaced(replace: Callable[[Any, Any, str], Callable | None]) -> Iterator[None]:
+    """Within the block, every numba dispatcher that a numbacnn module other than the kernels' own
+    holds as a global (so every kernel call from Python) is replaced by
+    ``replace(dispatcher, module, name)``, unless that returns None. Compiled code is not
+    affected. It swaps module globals: calls from other threads meanwhile reach the replacement
+    too (it must pass them through), and two blocks must never overlap (step programs record
+    under a lock; profiles and the warm-up child run alone)."""
     from numba.core.registry import CPUDispatcher
 
     patched = []
     for name, mod in list(sys.modules.items()):
         if not name.startswith("numbacnn") or mod is None:
             continue
-        for attr, value in list(vars(mod).items()):
-            new = replace(value) if isinstance(value, CPUDispatcher) else None
+        names = list(vars(mod).items())
+        if any(isinstance(v, CPUDispatcher) and v.py_func.__module__ == name for _, v in names):
+            continue  # a module of kernels: compiled code reads its globals (its helpers) by name
+        for attr, value in names:
+            new = replace(value, mod, attr) if isinstance(value, CPUDispatcher) else None
             if new is not None:
                 patched.append((mod, attr, value))
                 setattr(mod, attr, new)

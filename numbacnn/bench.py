@@ -91,13 +91,12 @@ class _Ours:
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
         self.y = rng.integers(0, N_CLASSES, batch)
+        self.idx = np.arange(batch)
+        self.trainer = nc.Trainer(self.net, self.opt, batch_size=batch, progress=False)
         self.nc = nc
 
-    def train_step(self) -> None:
-        logits = self.net.forward(self.x, training=True)
-        _, d = self.nc.softmax_cross_entropy(logits, self.y)
-        self.net.backward(d, need_input_grad=False)
-        self.opt.step()
+    def train_step(self) -> None:  # one step as Trainer.fit takes it (recorded, then replayed)
+        self.trainer._local_step(self.x, self.y, self.idx, 0)
 
     def infer(self) -> None:
         self.net.forward(self.x, training=False)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .backend import Backend, ConvGeometry, ConvPlan, Workspace, get_backend
 from .backend.base import conv_out
+from .program import host_op
 
 Shape = tuple[int, ...]
 
@@ -138,6 +139,7 @@ class Layer:
         state["_buffers"] = self.backend.workspace()
         state.pop("_x", None)
         state.pop("_plan", None)
+        state.pop("_host_mask", None)
         for k in self.param_names:
             if state.get("_net_views"):  # views of the network's buffers: it rebinds them
                 state.pop(k, None)
@@ -495,21 +497,27 @@ class Dropout(_Elementwise):
         return self.rng.random(n, dtype=np.float32) if self.p > 0.0 else None
 
     def _apply(self, y, x, training):
-        mask = np.empty(x.shape, np.float32)  # drawn on the host in both devices: same masks
+        host = self.__dict__.get("_host_mask")  # drawn on the host in both devices: same masks
+        if host is None or host.shape != x.shape:
+            host = self._host_mask = np.empty(x.shape, np.float32)
+        host_op(self._fill_mask, host, training)
+        mask = self.backend.asarray(host)
+        self._buffers["mask"] = mask
+        self.backend.dropout_forward(y, x, mask)
+
+    def _fill_mask(self, mask: np.ndarray, training: bool) -> None:
         if training and self.p > 0.0:
             if self.batch_slice is None:
-                u = self.draw(x.shape[0])
+                u = self.draw(mask.shape[0])
             else:
                 lo, hi, total = self.batch_slice
-                per = x.shape[0] // (hi - lo)
+                per = mask.shape[0] // (hi - lo)
                 u = self.draw(total * per)[lo * per:hi * per]  # type: ignore[index]
+            assert u is not None  # p > 0
             keep = u >= self.p
             np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
         else:
             mask[:] = 1.0
-        mask = self.backend.asarray(mask)
-        self._buffers["mask"] = mask
-        self.backend.dropout_forward(y, x, mask)
 
     def _apply_backward(self, dx, dy):
         self.backend.dropout_backward(dx, dy, self._buffers["mask"])

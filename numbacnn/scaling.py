@@ -197,7 +197,7 @@ def _recording(log: list[tuple[str, float, tuple]]) -> AbstractContextManager:
 
     kernels = {id(d): name for name, d in _parallel_kernels().items()}
 
-    def timed(dispatcher: Any) -> Callable | None:
+    def timed(dispatcher: Any, module: Any, attr: str) -> Callable | None:
         name = kernels.get(id(dispatcher))
         if name is None:
             return None

@@ -17,6 +17,7 @@ import numpy as np
 
 from .network import Sequential, softmax_cross_entropy
 from .optimizers import Optimizer
+from .program import StepProgram
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
@@ -118,12 +119,15 @@ class Trainer:
         ``fit``: epoch e (0-based) of E uses lr * (1 + cos(pi * e / E)) / 2.
     parallel : numbacnn.distributed.DataParallel or None
         MPI data parallelism: each rank backpropagates its share of every (global) batch.
+    step_programs : bool
+        On the CPU, record each batch shape's step once and replay its kernel calls
+        (``numbacnn/program.py``; the same results bit for bit, less Python per step).
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
                  progress: bool = True, log: Callable[[str], None] | None = None,
                  shuffle: bool = True, lr_schedule: str = "constant",
-                 parallel: DataParallel | None = None) -> None:
+                 parallel: DataParallel | None = None, step_programs: bool = True) -> None:
         if lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
@@ -142,12 +146,20 @@ class Trainer:
         self.stop_signal: int | None = None
         self.stop_training = False  # set by a callback: stop after the current epoch
         self.parallel = parallel
+        self.step_programs = step_programs
         self._agreed_stop: int | None = None  # the stop signal all ranks agreed on (distributed)
         self._precompile_checked = False
+        self._programs: dict[tuple, StepProgram] = {}  # recorded steps by batch shape (CPU)
+        self._checked: tuple[Any, Any] = (None, None)  # the (x, y) arrays the programs may read
         # mid-epoch position (for resuming an interrupted epoch)
         self._epoch_rng_state: dict | None = None
         self._step = 0
         self._partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()  # recorded steps are per process: rebuilt after unpickling
+        state["_programs"], state["_checked"] = {}, (None, None)
+        return state
 
     # --- checkpoint state ------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -235,6 +247,13 @@ class Trainer:
     def _local_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int,
                     sample_weight: np.ndarray | None = None) -> tuple[float, int, int]:
         """One step of one process; returns the batch's loss sum, correct count and size."""
+        program = self._program(x, y, idx) if sample_weight is None else None
+        if program is not None:
+            loss, correct = program.step(x, y, idx)
+            if not math.isfinite(loss):
+                raise self._diverged(loss, step)
+            self.optimizer.step()
+            return loss * len(idx), correct, len(idx)
         xb, yb = x[idx], y[idx]
         logits = self.net.forward(xb, training=True)
         loss, dlogits = softmax_cross_entropy(logits, yb, None if sample_weight is None
@@ -244,6 +263,29 @@ class Trainer:
         self.net.backward(dlogits, need_input_grad=False)
         self.optimizer.step()
         return loss * len(yb), int((logits.argmax(1) == yb).sum()), len(yb)
+
+    def _program(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> StepProgram | None:
+        """The recorded step for this batch shape (numbacnn/program.py), or None where a step
+        runs through the layers' Python: off the CPU, or for inputs that the normal path rejects
+        (it then raises its clear error)."""
+        if self.net.device != "cpu" or not self.step_programs:
+            return None
+        if x is not self._checked[0] or y is not self._checked[1]:
+            if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2
+                    and isinstance(y, np.ndarray) and y.dtype.kind in "iu" and y.shape == x.shape[:1]):
+                return None
+            try:
+                n_classes = self.net.output_shape(x.shape[1:])[0]
+            except ValueError:
+                return None
+            if len(y) and (y.min() < 0 or y.max() >= n_classes):
+                return None
+            self._checked = (x, y)
+        key = (len(idx), x.shape[1:])
+        program = self._programs.get(key)
+        if program is None or program.params is not self.net.params:
+            program = self._programs[key] = StepProgram(self.net, len(idx), x.shape[1:])
+        return program
 
     def _parallel_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
                        ) -> tuple[float, int, int]:

@@ -191,7 +191,7 @@ def step_jobs(net: Any, optimizer: Any, in_shape: tuple[int, ...], batch: int) -
     from .._config import kernels_replaced
     from ..network import softmax_cross_entropy
 
-    def stub(dispatcher: Any) -> Callable:
+    def stub(dispatcher: Any, module: Any, attr: str) -> Callable:
         return lambda *args: calls.append((dispatcher, tuple(dispatcher.typeof_pyval(a) for a in args)))
 
     calls: list[tuple[Any, tuple]] = []

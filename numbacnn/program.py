@@ -1,0 +1,101 @@
+"""A recorded training step: the kernel calls of one step (forward, loss, backward) of a network on
+the CPU for one batch shape, with their buffers bound, replayed without the Python between them.
+
+The first call of a ``StepProgram`` runs the layers' own Python (shape checks, workspace lookups,
+plan choices) once, recording every kernel call it makes and the few host operations a step needs
+besides (``host_op``: weight transposes, dropout masks); later calls gather the batch into the
+program's input buffers and replay the recorded calls in order. The calls read and write the same
+buffers and parameter views as the layers' own, so a replayed step computes bit for bit what the
+layers' Python would. The optimizer's update is not part of it (its scalars change every step).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+_local = threading.local()  # .ops: the list a step being recorded in this thread appends to
+_record_lock = threading.Lock()  # one recording at a time (it swaps the modules' kernel names)
+
+
+def host_op(fn: Any, *args: Any) -> None:
+    """Run ``fn(*args)`` and, while this thread records a step, record it for replay: for the host
+    (numpy) operations inside a step that kernels do not do. Its arguments must stay valid (views
+    of the parameters or of workspace buffers), and ``fn`` must write only into them."""
+    fn(*args)
+    ops = getattr(_local, "ops", None)
+    if ops is not None:
+        ops.append((None, fn, args))
+
+
+class StepProgram:
+    """One training step of ``net`` (CPU) on batches of ``batch`` examples of shape ``in_shape``.
+
+    ``step(x, y, idx)``: forward, softmax cross-entropy and backward (parameter gradients
+    overwritten, no input gradient) of the examples ``x[idx]``, labels ``y[idx]``; returns the
+    mean loss and the number of correct predictions. Labels must lie in [0, n_classes): the caller
+    checks them (the kernels do not).
+    """
+
+    def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...]) -> None:
+        self.net = net
+        self.params = net.params  # the program is bound to these parameter (and gradient) buffers
+        self.x = np.empty((batch, *in_shape), np.float32)
+        self.y = np.empty(batch, np.int64)
+        n_classes = net.output_shape(tuple(in_shape))[0]
+        self.dlogits = np.empty((batch, n_classes), np.float32)
+        self.losses = np.empty(batch, np.float64)
+        self.logits: np.ndarray | None = None
+        self.ops: list[tuple[Any, Any, tuple]] | None = None
+
+    def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
+        if x.dtype == np.float32:
+            np.take(x, idx, axis=0, out=self.x)
+        else:
+            self.x[...] = x[idx]
+        if y.dtype == np.int64:
+            np.take(y, idx, out=self.y)
+        else:
+            self.y[...] = y[idx]
+        if self.ops is None:
+            self._record()
+        else:
+            for mod, f, args in self.ops:  # the kernel by its module's name: profiles see it
+                (f if mod is None else getattr(mod, f))(*args)
+        assert self.logits is not None
+        return float(self.losses.mean()), int((self.logits.argmax(1) == self.y).sum())
+
+    def _record(self) -> None:
+        from . import _config
+        from .kernels import cpu as K
+
+        ops: list[tuple[Any, Any, tuple]] = []
+        me = threading.get_ident()
+
+        def recording(dispatcher: Any, module: Any, name: str):
+            def call(*args):
+                if threading.get_ident() == me:
+                    ops.append((module, name, args))
+                return dispatcher(*args)
+            return call
+
+        layers = self.net.layers
+        with _record_lock, _config.kernels_replaced(recording):
+            _local.ops = ops
+            try:
+                h: Any = self.x
+                for layer in layers:
+                    h = layer.forward(h, training=True)
+                logits = np.ascontiguousarray(h)
+                K.softmax_cross_entropy(self.dlogits, self.losses, logits, self.y)
+                g: Any = self.dlogits
+                for i in range(len(layers) - 1, -1, -1):
+                    g = layers[i].backward(g, need_dx=i > 0)
+            finally:
+                _local.ops = None
+        if logits is not h:  # pragma: no cover - layers return contiguous float32 buffers
+            raise RuntimeError("the network's output is not a buffer a step program can bind")
+        self.logits = logits
+        self.net._can_backward = True
+        self.ops = ops

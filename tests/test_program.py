@@ -1,0 +1,109 @@
+"""Recorded training steps (numbacnn/program.py): a replayed step computes what the layers' own
+Python computes, bit for bit, for every layer kind, plan and optimizer, and skips that Python."""
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+import numbacnn as nc
+
+ARCHS = [
+    "conv(4,3),relu,maxpool(2),conv(8,3),relu,maxpool(2),dense(16),relu,dropout(0.3)",  # wide
+    "conv(4,3),relu,conv(16,5,padding=2),relu,maxpool(2),dense(10),tanh",  # positions, padded
+    "conv(4,3,stride=2),relu,avgpool(2),dense(8),dropout(0.5)",  # gemm (strided), avg pool
+    "conv(3,3),maxpool(3,stride=2),dense(6)",  # unfused overlapping max pool
+]
+
+
+def _fit(arch, optimizer, programs, epochs=2, n=23, batch=6, seed=3):
+    net = nc.build_network(arch, (1, 12, 12), 5, seed=1)
+    opt = nc.make_optimizer(optimizer, net, lr=0.01)
+    tr = nc.Trainer(net, opt, batch_size=batch, progress=False, seed=seed, step_programs=programs)
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 1, 12, 12), dtype=np.float32)
+    y = rng.integers(0, 5, n)
+    hist = tr.fit(x, y, epochs)
+    return tr, net, [(h["train_loss"], h["train_accuracy"]) for h in hist]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop"])
+def test_replayed_steps_train_to_the_same_bits(arch, optimizer):
+    # 23 examples in batches of 6: two recorded shapes (6 and the last batch of 5), each replayed
+    tr, net, hist = _fit(arch, optimizer, True)
+    assert sorted(k[0] for k in tr._programs) == [5, 6]
+    _, ref, ref_hist = _fit(arch, optimizer, False)
+    assert hist == ref_hist
+    for k, v in ref.state_dict().items():
+        np.testing.assert_array_equal(net.state_dict()[k], v, err_msg=k)
+
+
+def test_a_replayed_step_runs_no_layer_python(monkeypatch):
+    net = nc.build_network(ARCHS[1], (1, 12, 12), 5, seed=1)
+    tr = nc.Trainer(net, nc.SGD(net, lr=0.1, momentum=0.9), batch_size=4, progress=False)
+    x = np.random.default_rng(0).random((4, 1, 12, 12), dtype=np.float32)
+    y = np.arange(4) % 5
+    idx = np.arange(4)
+    tr._local_step(x, y, idx, 0)  # records
+    before = net.state_dict()
+    calls = []
+    for layer in net.layers:
+        for name in ("forward", "backward"):
+            monkeypatch.setattr(layer, name, lambda *a, **k: calls.append(a))
+    tr._local_step(x, y, idx, 1)
+    assert calls == []
+    assert any(not np.array_equal(before[k], v) for k, v in net.state_dict().items())  # it trained
+
+
+def test_bad_labels_and_weighted_steps_take_the_checked_path():
+    net = nc.build_network("conv(2,3),dense(3)", (1, 6, 6), 3, seed=0)
+    tr = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=4, progress=False)
+    x = np.zeros((8, 1, 6, 6), np.float32)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        tr.train_epoch(x, np.array([0, 1, 2, 3, 0, 1, 2, 0]))
+    assert tr._programs == {}
+    tr.train_epoch(x, np.arange(8) % 3, sample_weight=np.ones(8))
+    assert tr._programs == {}
+
+
+def test_a_pickled_trainer_records_again_and_continues_the_same():
+    tr, net, _ = _fit(ARCHS[0], "adam", True, epochs=1)
+    clone = pickle.loads(pickle.dumps(tr))
+    assert clone._programs == {}
+    rng = np.random.default_rng(0)
+    x = rng.random((23, 1, 12, 12), dtype=np.float32)
+    y = rng.integers(0, 5, 23)
+    tr.fit(x, y, 2)
+    clone.fit(x, y, 2)
+    for k, v in tr.net.state_dict().items():
+        np.testing.assert_array_equal(clone.net.state_dict()[k], v, err_msg=k)
+
+
+def test_recording_beside_another_thread_training_records_only_its_own_calls():
+    """Recording swaps the modules' kernel names for a moment: a second thread training meanwhile
+    goes through the swapped names and must neither be recorded nor disturbed."""
+    results = {}
+
+    def train(name, programs):
+        results[name] = _fit(ARCHS[0], "sgd", programs, epochs=3, n=60, batch=5, seed=7)
+
+    threads = [threading.Thread(target=train, args=(f"t{i}", i % 2 == 0)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _, ref, ref_hist = _fit(ARCHS[0], "sgd", False, epochs=3, n=60, batch=5, seed=7)
+    for name, (_, net, hist) in results.items():
+        assert hist == ref_hist, name
+        for k, v in ref.state_dict().items():
+            np.testing.assert_array_equal(net.state_dict()[k], v, err_msg=f"{name}: {k}")
+    nets = {name: r[1] for name, r in results.items()}
+    for name in ("t0", "t2"):  # each program binds its own net's buffers only
+        for program in results[name][0]._programs.values():
+            arrays = [a for _, _, args in program.ops for a in args if isinstance(a, np.ndarray)]
+            assert any(np.shares_memory(a, nets[name].params) for a in arrays)
+            for other, net in nets.items():
+                if other != name:
+                    assert not any(np.shares_memory(a, net.params) or np.shares_memory(a, net.grads)
+                                   for a in arrays), (name, other)
