@@ -93,14 +93,22 @@ def kernel(parallel: bool = True, fastmath: bool = True):
 
 
 @contextmanager
-def kernels_replaced(replace: Callable[[Any, Any, str], Callable | None]) -> Iterator[None]:
-    """Within the block, every numba dispatcher that a numbacnn module other than the kernels' own
-    holds as a global (so every kernel call from Python) is replaced by
-    ``replace(dispatcher, module, name)``, unless that returns None. Compiled code is not
-    affected. It swaps module globals: calls from other threads meanwhile reach the replacement
-    too (it must pass them through), and two blocks must never overlap (step programs record
-    under a lock; profiles and the warm-up child run alone)."""
+def kernels_replaced(replace: Callable[[Any, Any, Any, str], Callable | None]) -> Iterator[None]:
+    """Within the block, every kernel that a numbacnn module other than the kernels' own holds as
+    a global (so every kernel call from Python) is replaced by ``replace(dispatcher, current,
+    module, name)`` unless that returns None: ``dispatcher`` is the numba dispatcher, ``current``
+    what the name holds now (the dispatcher, or an enclosing block's replacement, which the new
+    one should call through). Compiled code is not affected. It swaps module globals: calls from
+    other threads meanwhile reach the replacement too (it must pass them through), and blocks in
+    two threads must never overlap (step programs record under a lock; profiles and the warm-up
+    child run alone)."""
     from numba.core.registry import CPUDispatcher
+
+    def kernel_of(value: Any) -> Any:
+        if isinstance(value, CPUDispatcher):
+            return value
+        inner = getattr(value, "__wrapped__", None)  # an enclosing block's replacement
+        return inner if isinstance(inner, CPUDispatcher) else None
 
     patched = []
     for name, mod in list(sys.modules.items()):
@@ -110,14 +118,16 @@ def kernels_replaced(replace: Callable[[Any, Any, str], Callable | None]) -> Ite
         if any(isinstance(v, CPUDispatcher) and v.py_func.__module__ == name for _, v in names):
             continue  # a module of kernels: compiled code reads its globals (its helpers) by name
         for attr, value in names:
-            new = replace(value, mod, attr) if isinstance(value, CPUDispatcher) else None
+            dispatcher = kernel_of(value)
+            new = replace(dispatcher, value, mod, attr) if dispatcher is not None else None
             if new is not None:
+                new.__wrapped__ = dispatcher  # type: ignore[attr-defined]
                 patched.append((mod, attr, value))
                 setattr(mod, attr, new)
     try:
         yield
     finally:
-        for mod, attr, value in patched:
+        for mod, attr, value in reversed(patched):
             setattr(mod, attr, value)
 
 

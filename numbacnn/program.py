@@ -42,16 +42,22 @@ class StepProgram:
         self.net = net
         self.params = net.params  # the program is bound to these parameter (and gradient) buffers
         self.x = np.empty((batch, *in_shape), np.float32)
+        self._x_rows = self.x.reshape(batch, -1)
         self.y = np.empty(batch, np.int64)
         n_classes = net.output_shape(tuple(in_shape))[0]
         self.dlogits = np.empty((batch, n_classes), np.float32)
         self.losses = np.empty(batch, np.float64)
         self.logits: np.ndarray | None = None
         self.ops: list[tuple[Any, Any, tuple]] | None = None
+        self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
     def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
-        if x.dtype == np.float32:
-            np.take(x, idx, axis=0, out=self.x)
+        from .kernels import cpu as K
+
+        if x.dtype == np.float32 and x.flags.c_contiguous and idx.dtype == np.int64:
+            if self._rows[0] is not x:
+                self._rows = (x, x.reshape(len(x), -1))
+            K.gather_rows(self._x_rows, self._rows[1], idx)  # a parallel copy
         else:
             self.x[...] = x[idx]
         if y.dtype == np.int64:
@@ -63,8 +69,8 @@ class StepProgram:
         else:
             for mod, f, args in self.ops:  # the kernel by its module's name: profiles see it
                 (f if mod is None else getattr(mod, f))(*args)
-        assert self.logits is not None
-        return float(self.losses.mean()), int((self.logits.argmax(1) == self.y).sum())
+        loss, correct = K.step_stats(self.losses, self.logits, self.y)
+        return float(loss), int(correct)
 
     def _record(self) -> None:
         from . import _config
@@ -73,11 +79,11 @@ class StepProgram:
         ops: list[tuple[Any, Any, tuple]] = []
         me = threading.get_ident()
 
-        def recording(dispatcher: Any, module: Any, name: str):
+        def recording(dispatcher: Any, current: Any, module: Any, name: str):
             def call(*args):
                 if threading.get_ident() == me:
                     ops.append((module, name, args))
-                return dispatcher(*args)
+                return current(*args)
             return call
 
         layers = self.net.layers
@@ -94,8 +100,9 @@ class StepProgram:
                     g = layers[i].backward(g, need_dx=i > 0)
             finally:
                 _local.ops = None
-        if logits is not h:  # pragma: no cover - layers return contiguous float32 buffers
-            raise RuntimeError("the network's output is not a buffer a step program can bind")
+        if logits is not h or not any(mod is not None for mod, _, _ in ops):  # pragma: no cover
+            raise RuntimeError("this step cannot be recorded (an output that is no bound buffer, "
+                               "or no kernel call seen)")
         self.logits = logits
         self.net._can_backward = True
         self.ops = ops

@@ -31,6 +31,10 @@ def _one_step(spec, shape, n, optimizer, infer=True):
         opt.step()
         if infer:
             net.predict_proba(x[:3])  # the softmax kernel runs in inference only
+        # as Trainer takes a step: recorded (inside the profile's own swap), then replayed
+        tr = nc.Trainer(net, opt, batch_size=n, progress=False)
+        for step in range(2):
+            tr._local_step(x, y, np.arange(n), step)
     return log
 
 

@@ -189,14 +189,16 @@ def step_jobs(net: Any, optimizer: Any, in_shape: tuple[int, ...], batch: int) -
     order of their first call. Runs the step with every kernel replaced by a stub that records its
     argument types: call it on copies (their buffers and dropout generators move)."""
     from .._config import kernels_replaced
+    from ..kernels import cpu as K
     from ..network import softmax_cross_entropy
 
-    def stub(dispatcher: Any, module: Any, attr: str) -> Callable:
+    def stub(dispatcher: Any, current: Any, module: Any, attr: str) -> Callable:
         return lambda *args: calls.append((dispatcher, tuple(dispatcher.typeof_pyval(a) for a in args)))
 
     calls: list[tuple[Any, tuple]] = []
     x = np.zeros((batch, *in_shape), np.float32)
     with kernels_replaced(stub):
+        K.gather_rows(x.reshape(batch, -1), x.reshape(batch, -1), np.arange(batch))  # a step program's
         logits = net.forward(x, training=True)
         _, d = softmax_cross_entropy(logits, np.zeros(batch, np.int64))
         net.backward(d, need_input_grad=False)

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from ...backend.base import Pair, Workspace
-from ...program import host_op
 from ._plan import CpuConvPlan, group_size
 from ._util import sum_chunks
+from .batch import copy_strided
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 
 
@@ -31,7 +31,7 @@ class PositionsPlan(CpuConvPlan):
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         wt = ws.buf("wt", (kh, kw, ci, co))
-        host_op(np.copyto, wt, weight.transpose(2, 3, 1, 0))
+        copy_strided(wt, weight.transpose(2, 3, 1, 0))
         conv2d_forward_positions(
             y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
             ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
@@ -45,7 +45,7 @@ class PositionsPlan(CpuConvPlan):
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         group = group_size(g, L, x.shape[0])
         wk = ws.buf("wk", (co, kh, kw, ci))
-        host_op(np.copyto, wk, weight.transpose(0, 2, 3, 1))
+        copy_strided(wk, weight.transpose(0, 2, 3, 1))
         conv2d_backward_positions(
             dx, dw_parts, db_parts, ws.buf("gw", (self.slots, co, group * L)),
             ws.buf("bcols", (self.slots, group * L, g.ckk)),
@@ -59,5 +59,5 @@ class PositionsPlan(CpuConvPlan):
         g = self.geometry
         dwk = ws.buf("dwk", (g.out_channels, *g.kernel, g.in_channels))
         sum_chunks(dwk.reshape(-1), parts)
-        host_op(np.copyto, dweight, dwk.transpose(0, 3, 1, 2))
+        copy_strided(dweight, dwk.transpose(0, 3, 1, 2))
 

@@ -1,0 +1,46 @@
+"""Moving a step's data: a mini-batch gathered from the training set, and strided 4-D copies (the
+weight layouts of the "positions" convolution plan)."""
+from numba import prange
+
+from ..._config import kernel
+
+
+@kernel(fastmath=False)
+def gather_rows(out, x, idx):
+    """out[i] = x[idx[i]] for every row i. out: (B, F); x: (N, F); idx: (B,) integers in [0, N)."""
+    F = out.shape[1]
+    for i in prange(out.shape[0]):  # each iteration writes its own row
+        src = x[idx[i]]
+        dst = out[i]
+        for j in range(F):
+            dst[j] = src[j]
+
+
+@kernel(fastmath=False)
+def copy_strided(dst, src):
+    """dst[...] = src for 4-D arrays of one shape; src may be any strided view (a transpose)."""
+    A, B, C, D = dst.shape
+    for a in prange(A):  # each iteration writes its own slab
+        for b in range(B):
+            for c in range(C):
+                d = dst[a, b, c]
+                s = src[a, b, c]
+                for k in range(D):
+                    d[k] = s[k]
+
+
+@kernel(parallel=False, fastmath=False)
+def step_stats(losses, logits, y):
+    """(mean of losses, number of rows whose first largest logit is at the label): a step's
+    summary in one call. losses: (B,) float64; logits: (B, K); y: (B,) integers."""
+    total = 0.0
+    correct = 0
+    for i in range(losses.shape[0]):
+        total += losses[i]
+        row = logits[i]
+        best = 0
+        for k in range(1, row.shape[0]):
+            if row[k] > row[best]:
+                best = k
+        correct += best == y[i]
+    return total / losses.shape[0], correct
