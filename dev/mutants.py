@@ -166,6 +166,11 @@ MUTANTS = [
       "return self.classes_[::-1][np.argmax(logits, axis=1)]",
       ["tests/test_estimator.py", "-k", "string_labels"]),
     # recorded steps
+    M("batch gather reads row i instead of row idx[i]", K + "batch.py",
+      "        src = x[idx[i]]", "        src = x[i]", ["tests/test_kernels.py", "-k", "gather"]),
+    M("step statistics: ties go to the last largest logit", K + "batch.py",
+      "            if row[k] > row[best]:", "            if row[k] >= row[best]:",
+      ["tests/test_kernels.py", "-k", "gather"]),
     M("a replayed step skips the host operations (weight transposes, dropout masks)", "numbacnn/program.py",
       "                (f if mod is None else getattr(mod, f))(*args)",
       "                if mod is not None:\n                    getattr(mod, f)(*args)",

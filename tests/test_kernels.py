@@ -369,3 +369,26 @@ def test_sgemm_with_offsets_pitches_and_beta_matches_numpy(rng, ta, tb):
     assert (c[:2] == 7).all() and (c[2:].reshape(m, ldc)[:, n:] == 7).all()  # nothing else written
     with pytest.raises(IndexError, match="outside its array"):
         call(ta, tb, m, n, k, np.float32(1.0), a, 3, lda, b, 1, ldb, np.float32(0.0), c, 5, ldc)
+
+
+def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
+    """The step program's data kernels against plain numpy: rows gathered in any order (repeats
+    included), a 4-D copy from transposed views, and the loss mean / correct count with ties
+    going to the first largest logit (as argmax)."""
+    x = f32(rng.standard_normal((11, 3, 4, 5)))
+    idx = np.array([10, 0, 3, 3, 7], np.int64)
+    out = np.full((5, 60), np.nan, np.float32)
+    K.gather_rows(out, x.reshape(11, -1), idx)
+    np.testing.assert_array_equal(out, x[idx].reshape(5, -1))
+    w = f32(rng.standard_normal((6, 3, 5, 2)))
+    for axes in [(2, 3, 1, 0), (0, 2, 3, 1), (0, 3, 1, 2), (0, 1, 2, 3)]:
+        view = w.transpose(axes)
+        dst = np.zeros(view.shape, np.float32)
+        K.copy_strided(dst, view)
+        np.testing.assert_array_equal(dst, view)
+    losses = rng.random(9) * 3
+    logits = f32(rng.integers(0, 3, (9, 4)))  # many ties
+    y = rng.integers(0, 4, 9)
+    mean, correct = K.step_stats(losses, logits, y)
+    assert mean == pytest.approx(losses.mean(), rel=1e-15)
+    assert correct == int((logits.argmax(1) == y).sum())
