@@ -185,6 +185,7 @@ class Trainer:
         """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch. With
         ``sample_weight`` each batch's loss is the weighted mean of its examples' losses."""
         n = len(x)
+        self._checked = (None, None)  # labels are checked again each epoch (arrays may change)
         if not self._precompile_checked:  # a cold JIT cache may compile ahead while we start
             self._precompile_checked = True
             self.net.backend.start_precompile(self.net, x.shape[1:], self.optimizer, self.batch_size)

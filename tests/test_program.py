@@ -65,6 +65,12 @@ def test_bad_labels_and_weighted_steps_take_the_checked_path():
     assert tr._programs == {}
     tr.train_epoch(x, np.arange(8) % 3, sample_weight=np.ones(8))
     assert tr._programs == {}
+    y = np.arange(8) % 3
+    tr.train_epoch(x, y)
+    assert tr._programs != {}
+    y[5] = 7  # the same array, changed in place: checked again in the next epoch
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        tr.train_epoch(x, y)
 
 
 def test_a_pickled_trainer_records_again_and_continues_the_same():
