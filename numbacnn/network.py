@@ -278,7 +278,9 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.n
     y = y.astype(np.int64, copy=False)
     K.softmax_cross_entropy(dlogits, losses, logits, y)
     if sample_weight is None:  # the mean as a recorded step (numbacnn/program.py) sums it
-        return float(K.step_stats(losses, logits, y)[0]), dlogits
+        stats = np.empty(2, np.float64)
+        K.step_stats(stats, losses, logits, y)
+        return float(stats[0]), dlogits
     w = np.asarray(sample_weight, np.float64)
     if w.shape != losses.shape or not np.all(w >= 0) or w.sum() <= 0:
         raise ValueError(f"sample_weight must be {losses.shape} non-negative weights with a positive sum")

@@ -47,6 +47,7 @@ class StepProgram:
         n_classes = net.output_shape(tuple(in_shape))[0]
         self.dlogits = np.empty((batch, n_classes), np.float32)
         self.losses = np.empty(batch, np.float64)
+        self.stats = np.empty(2, np.float64)  # mean loss, correct count
         self.logits: np.ndarray | None = None
         self.ops: list[tuple[Any, Any, tuple]] | None = None
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
@@ -69,8 +70,8 @@ class StepProgram:
         else:
             for mod, f, args in self.ops:  # the kernel by its module's name: profiles see it
                 (f if mod is None else getattr(mod, f))(*args)
-        loss, correct = K.step_stats(self.losses, self.logits, self.y)
-        return float(loss), int(correct)
+        K.step_stats(self.stats, self.losses, self.logits, self.y)
+        return float(self.stats[0]), int(self.stats[1])
 
     def _record(self) -> None:
         from . import _config

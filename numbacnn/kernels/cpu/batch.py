@@ -30,9 +30,10 @@ def copy_strided(dst, src):
 
 
 @kernel(parallel=False, fastmath=False)
-def step_stats(losses, logits, y):
-    """(mean of losses, number of rows whose first largest logit is at the label): a step's
-    summary in one call. losses: (B,) float64; logits: (B, K); y: (B,) integers."""
+def step_stats(out, losses, logits, y):
+    """out[0] = the mean of losses (summed in order), out[1] = the number of rows whose first
+    largest logit is at the label: a step's summary in one call. out: (2,) float64; losses: (B,)
+    float64; logits: (B, K); y: (B,) integers."""
     total = 0.0
     correct = 0
     for i in range(losses.shape[0]):
@@ -43,4 +44,5 @@ def step_stats(losses, logits, y):
             if row[k] > row[best]:
                 best = k
         correct += best == y[i]
-    return total / losses.shape[0], correct
+    out[0] = total / losses.shape[0]
+    out[1] = correct
