@@ -55,15 +55,13 @@ class StepProgram:
     def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
         from .kernels import cpu as K
 
-        if x.dtype == np.float32 and x.flags.c_contiguous and idx.dtype == np.int64:
+        if (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
+                and idx.dtype == np.int64):
             if self._rows[0] is not x:
                 self._rows = (x, x.reshape(len(x), -1))
-            K.gather_rows(self._x_rows, self._rows[1], idx)  # a parallel copy
+            K.gather_batch(self._x_rows, self.y, self._rows[1], y, idx)  # a parallel copy
         else:
             self.x[...] = x[idx]
-        if y.dtype == np.int64:
-            np.take(y, idx, out=self.y)
-        else:
             self.y[...] = y[idx]
         if self.ops is None:
             self._record()

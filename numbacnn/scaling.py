@@ -55,7 +55,6 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
     """Kernel name -> function of the call's arguments (by parameter name) giving the work of
     each ``prange`` iteration. Uses the kernels' own block-size helpers."""
     from .kernels.cpu import activations, optim
-    from .kernels.cpu._util import reduce_block
     from .kernels.cpu.dense import backward_grid, forward_grid
 
     def planes(a: dict) -> np.ndarray:
@@ -77,6 +76,11 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         j[:len(dx)] += dx
         return np.outer(_blocks(f_in, ib), j).ravel()
 
+    def sum_parts(a: dict) -> np.ndarray:  # rows (co, a) of B * C elements, then the bias
+        co, rows, b, c = a["shape"]
+        p = a["dw_parts"].shape[0]
+        return np.append(np.full(co * rows, float(b * c * p)), co * p)
+
     def elementwise(a: dict) -> np.ndarray:
         first = next(iter(a.values()))
         return _blocks(first.shape[0], activations._BLOCK)
@@ -93,7 +97,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         "conv2d_backward_positions": lambda a: _parts(a["dout"].shape[0], a["dw_parts"].shape[0]),
         "dense_forward": dense_forward,
         "dense_backward": dense_backward,
-        "sum_chunks": lambda a: _blocks(a["out"].shape[0], reduce_block(a["out"].shape[0])),
+        "sum_parts": sum_parts,
         "softmax_cross_entropy": lambda a: _even(a["logits"].shape[0]),
         "softmax": lambda a: _even(a["logits"].shape[0]),
         "maxpool2d_forward": planes, "maxpool2d_forward_nopad": planes,
@@ -102,7 +106,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         "tanh_backward": elementwise, "dropout_forward": elementwise,
         "dropout_backward": elementwise,
         "sgd_update": update, "rmsprop_update": update, "adam_update": update,
-        "gather_rows": lambda a: _even(a["out"].shape[0]),
+        "gather_batch": lambda a: _even(a["out"].shape[0]),
         "copy_strided": lambda a: _even(a["dst"].shape[0]),
     }
 

@@ -372,14 +372,17 @@ def test_sgemm_with_offsets_pitches_and_beta_matches_numpy(rng, ta, tb):
 
 
 def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
-    """The step program's data kernels against plain numpy: rows gathered in any order (repeats
-    included), a 4-D copy from transposed views, and the loss mean / correct count with ties
+    """The step program's data kernels against plain numpy: rows and their labels gathered in any
+    order (repeats included), a 4-D copy from transposed views, and the loss mean / correct count with ties
     going to the first largest logit (as argmax)."""
     x = f32(rng.standard_normal((11, 3, 4, 5)))
     idx = np.array([10, 0, 3, 3, 7], np.int64)
+    y = rng.integers(0, 10, 11)
     out = np.full((5, 60), np.nan, np.float32)
-    K.gather_rows(out, x.reshape(11, -1), idx)
+    labels = np.full(5, -1, np.int64)
+    K.gather_batch(out, labels, x.reshape(11, -1), y, idx)
     np.testing.assert_array_equal(out, x[idx].reshape(5, -1))
+    np.testing.assert_array_equal(labels, y[idx])
     w = f32(rng.standard_normal((6, 3, 5, 2)))
     for axes in [(2, 3, 1, 0), (0, 2, 3, 1), (0, 3, 1, 2), (0, 1, 2, 3)]:
         view = w.transpose(axes)
@@ -393,3 +396,26 @@ def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
     K.step_stats(stats, losses, logits, y)
     assert stats[0] == pytest.approx(losses.mean(), rel=1e-15)
     assert stats[1] == int((logits.argmax(1) == y).sum())
+
+
+@pytest.mark.parametrize("axes", [(0, 1, 2, 3), (0, 2, 3, 1)])
+@pytest.mark.parametrize("parts", [1, 2, 7])
+def test_sum_parts_adds_the_parts_in_order_into_any_axis_order(rng, axes, parts):
+    """The gradient parts' reduction against a float32 loop over the parts in order (bit for
+    bit: the order is what makes results independent of the thread count), with the parts laid
+    out as a transpose of the weight (the "positions" plan's (Co, KH, KW, Ci)) or not."""
+    co, ci, kh, kw = 5, 3, 2, 3
+    dw = np.full((co, ci, kh, kw), np.nan, np.float32)
+    view = dw.transpose(axes)
+    scale = 10.0 ** rng.integers(-3, 4, (parts, 1, 1, 1, 1))  # rounding differs with the order
+    dw_parts = f32(rng.standard_normal((parts, *view.shape)) * scale)
+    db_parts = f32(rng.standard_normal((parts, co)))
+    want_w, want_b = dw_parts[0].copy(), db_parts[0].copy()
+    for p in range(1, parts):
+        want_w += dw_parts[p]
+        want_b += db_parts[p]
+    db = np.full(co, np.nan, np.float32)
+    K.sum_parts(dw.reshape(-1), db, dw_parts.reshape(parts, -1), db_parts, view.shape,
+                tuple(s // 4 for s in view.strides))
+    np.testing.assert_array_equal(view, want_w)
+    np.testing.assert_array_equal(db, want_b)

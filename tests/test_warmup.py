@@ -53,7 +53,7 @@ def test_cold_cache_work_is_shared_with_a_child_and_results_are_unchanged(tmp_pa
     assert cold["compiled"]["sgd_update"] == 0 and cold["compiled"]["conv2d_backward_wide"] == 0
     index_files = {p.name.split("-")[0] for p in cache.rglob("*.nbi")}
     assert {"conv2d_wide.conv2d_backward_wide", "conv2d_positions.conv2d_backward_positions",
-            "optim.sgd_update", "_util.sum_chunks"} <= index_files
+            "optim.sgd_update", "_util.sum_parts"} <= index_files
     warm = _run(tmp_path, cache, "warm.npz")
     assert warm["started"] is False and not any(warm["compiled"].values())  # warm cache: no child
     alone = _run(tmp_path, tmp_path / "cache2", "alone.npz", precompile="0")
@@ -89,11 +89,11 @@ def test_step_jobs_are_the_kernels_of_a_step_in_the_order_of_their_first_call():
     jobs = warmup.step_jobs(net, opt, (1, 8, 8), 2)
     assert vars(K) == before  # the stubs are gone
     names = [d.__name__ for d, _ in jobs]
-    assert names[:2] == ["gather_rows", "conv2d_forward_wide"]  # the batch; conv, ReLU, pool fused
+    assert names[:2] == ["gather_batch", "conv2d_forward_wide"]  # the batch; conv, ReLU, pool fused
     assert names.index("dense_forward") < names.index("softmax_cross_entropy") \
         < names.index("dense_backward") < names.index("conv2d_backward_wide") \
         < names.index("adam_update")
-    assert len(set(names)) == len(names) and "relu_forward" in names and "sum_chunks" in names
+    assert len(set(names)) == len(names) and "relu_forward" in names and "sum_parts" in names
     # the recorded types are those a real call dispatches on
     (disp, sig), = [j for j in jobs if j[0].__name__ == "adam_update"]
     assert sig[0] == numba.typeof(net.params) and sig[-1] == numba.typeof(1)

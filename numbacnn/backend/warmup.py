@@ -198,9 +198,10 @@ def step_jobs(net: Any, optimizer: Any, in_shape: tuple[int, ...], batch: int) -
     calls: list[tuple[Any, tuple]] = []
     x = np.zeros((batch, *in_shape), np.float32)
     with kernels_replaced(stub):
-        K.gather_rows(x.reshape(batch, -1), x.reshape(batch, -1), np.arange(batch))  # a step program's
+        y = np.zeros(batch, np.int64)
+        K.gather_batch(x.reshape(batch, -1), y, x.reshape(batch, -1), y, np.arange(batch))  # a step program's
         logits = net.forward(x, training=True)
-        _, d = softmax_cross_entropy(logits, np.zeros(batch, np.int64))
+        _, d = softmax_cross_entropy(logits, y)
         net.backward(d, need_input_grad=False)
         if optimizer is not None:
             optimizer.step()

@@ -1,5 +1,5 @@
 """CPU kernels (numba njit, parallel over batch items or planes), one operation per module."""
-from ._util import sum_chunks
+from ._util import sum_parts
 from .activations import (
                           dropout_backward,
                           dropout_forward,
@@ -8,7 +8,7 @@ from .activations import (
                           tanh_backward,
                           tanh_forward,
 )
-from .batch import copy_strided, gather_rows, step_stats
+from .batch import copy_strided, gather_batch, step_stats
 from .conv2d import conv2d_backward, conv2d_forward
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
@@ -25,10 +25,10 @@ from .pool import (
 
 __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
-    "copy_strided", "gather_rows", "step_stats",
+    "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
     "maxpool2d_forward", "maxpool2d_forward_nopad", "relu_backward", "relu_forward", "rmsprop_update",
     "sgd_update", "softmax",
-    "softmax_cross_entropy", "sum_chunks", "tanh_backward", "tanh_forward",
+    "softmax_cross_entropy", "sum_parts", "tanh_backward", "tanh_forward",
 ]

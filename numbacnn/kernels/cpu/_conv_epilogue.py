@@ -6,9 +6,24 @@ from ..._config import kernel
 
 
 @kernel(parallel=False)
+def marked(best, i):
+    """The stored argmax of a fused ReLU + max pool window: i where the maximum is positive,
+    else -1 - i (the ReLU passes no gradient there), so that the backward needs only the
+    argmax, not the pooled values. ``unmarked`` inverts it."""
+    return i if best > np.float32(0.0) else -1 - i
+
+
+@kernel(parallel=False)
+def unmarked(a):
+    """The index inside a stored argmax (see ``marked``)."""
+    return a if a >= 0 else -1 - a
+
+
+@kernel(parallel=False)
 def max2x2(v0, v1, v2, v3, i0, P):
-    """Maximum of a 2x2 window (v0 v1 / v2 v3) and its index (v0 at i0, rows P apart), the first
-    in row-major order on ties; branch-free selects, so that loops calling it vectorise."""
+    """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its index (v0 at i0, rows P
+    apart), the first in row-major order on ties, ``marked``; branch-free selects, so that loops
+    calling it vectorise."""
     t01 = v1 > v0
     b01 = v1 if t01 else v0
     i01 = i0 + 1 if t01 else i0
@@ -16,13 +31,15 @@ def max2x2(v0, v1, v2, v3, i0, P):
     b23 = v3 if t23 else v2
     i23 = i0 + P + 1 if t23 else i0 + P
     t = b23 > b01  # strict: row 0 wins ties
-    return (b23 if t else b01), (i23 if t else i01)
+    best = b23 if t else b01
+    return best, marked(best, i23 if t else i01)
 
 
 @kernel(parallel=False)
 def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
     """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
-    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their j.
+    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their j
+    (``marked``).
     As maxpool2d_forward: windows scanned in row-major order, the first maximum wins ties and
     the first NaN wins (ReLU keeps NaN, as torch.relu does). The exact, general path."""
     PH, PW = o.shape
@@ -40,7 +57,7 @@ def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
                         best = v
                         best_i = j
             o[py, px] = best
-            a[py, px] = best_i
+            a[py, px] = marked(best, best_i)
 
 
 @kernel(parallel=False)
@@ -64,22 +81,22 @@ def wide_grad(gf, off, P, dout, y, Wp, relu):
 
 
 @kernel(parallel=False)
-def wide_grad_pooled(gf, off, P, dout, y, a, L, gm):
+def wide_grad_pooled(gf, off, P, dout, a, L, gm):
     """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + max pool routed to each
-    window's argmax a (Co, PH, PW), an index into the row of length L (zero elsewhere); y, dout:
-    pooled values and their gradient; gm: a workspace of at least Co * PH * PW floats.
+    window's argmax a (Co, PH, PW), an index into the row of length L (zero elsewhere), ``marked``
+    where the ReLU passed nothing; dout: the pooled values' gradient; gm: a workspace of at least
+    Co * PH * PW floats.
 
     The ReLU mask is applied first in a vectorised pass, then every window stores
     unconditionally (windows do not overlap, so each argmax is written once): a branch on the
-    sign of y inside the scatter mispredicted and ran 5x slower."""
+    mask inside the scatter mispredicted and ran 5x slower."""
     Co, PH, PW = dout.shape
     M = Co * PH * PW
     zero = np.float32(0.0)
-    yf = y.reshape(M)
     df = dout.reshape(M)
-    for i in range(M):
-        gm[i] = df[i] if yf[i] > zero else zero  # the ReLU passed the maximum
     af = a.reshape(M)
+    for i in range(M):
+        gm[i] = df[i] if af[i] >= 0 else zero  # the ReLU passed the maximum
     for co in range(Co):
         row = gf[off + co * P:off + co * P + L]
         for j in range(L):
@@ -88,13 +105,13 @@ def wide_grad_pooled(gf, off, P, dout, y, a, L, gm):
         gs = gm[s0:s0 + PH * PW]
         ac = af[s0:s0 + PH * PW]
         for i in range(PH * PW):
-            row[ac[i]] = gs[i]
+            row[unmarked(ac[i])] = gs[i]
 
 
 @kernel(parallel=False)
 def grad_rows(gf, off, P, dout, y, a, Wp, L, relu, pooled, gm):
-    """wide_grad_pooled when pooled (a: the argmax; gm its workspace), else wide_grad."""
+    """wide_grad_pooled when pooled (a: the argmax; gm its workspace; y unused), else wide_grad."""
     if pooled:
-        wide_grad_pooled(gf, off, P, dout, y, a, L, gm)
+        wide_grad_pooled(gf, off, P, dout, a, L, gm)
     else:
         wide_grad(gf, off, P, dout, y, Wp, relu)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ... import _config
 from ...backend.base import ConvGeometry, ConvPlan, Pair, Workspace
-from ._util import sum_chunks
+from ._util import sum_parts
 
 
 class CpuConvPlan(ConvPlan):
@@ -19,6 +19,7 @@ class CpuConvPlan(ConvPlan):
 
     forward_kernel: Any = None
     backward_kernel: Any = None
+    parts_axes = (0, 1, 2, 3)  # the weight gradient parts' axes, as axes of (Co, Ci, KH, KW)
 
     def __init__(self, geometry: ConvGeometry) -> None:
         super().__init__(geometry)
@@ -45,22 +46,29 @@ class CpuConvPlan(ConvPlan):
         dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
         db_parts = ws.buf("db_parts", (chunks, g.out_channels))
         self._backward(ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool)
-        self._reduce_weight_grad(ws, dweight, dw_parts.reshape(chunks, -1))
-        sum_chunks(dbias, db_parts)
+        dwp = dweight.transpose(self.parts_axes)  # dweight in the parts' axis order
+        sum_parts(dweight.reshape(-1), dbias, dw_parts.reshape(chunks, -1), db_parts, dwp.shape,
+                  tuple(s // dwp.itemsize for s in dwp.strides))
         return dx if need_dx else None
 
     def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, relu: bool,
                   pool: Pair | None) -> None:
         raise NotImplementedError
 
-    def _reduce_weight_grad(self, ws: Workspace, dweight: np.ndarray, parts: np.ndarray) -> None:
-        """dweight = the sum of the chunks' parts, in chunk order."""
-        sum_chunks(dweight.reshape(-1), parts)
+    def pooled_y(self, ws: Workspace, pool: Pair | None) -> np.ndarray:
+        """The backward kernels' y: the conv output, or with a fused pool (whose argmax marks
+        where the ReLU passed nothing) an unread (N, 1, 1, 1) placeholder."""
+        y = ws["y"]
+        return ws.buf("y0", (y.shape[0], 1, 1, 1)) if pool else y
+
+    def _stored_argmax(self, ws: Workspace) -> np.ndarray:
+        a = ws["pool_argmax"].astype(np.int64)
+        return np.where(a >= 0, a, -1 - a)  # the index inside _conv_epilogue.marked
 
     def plane_argmax(self, ws: Workspace) -> np.ndarray:
         """The fused pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the conv's output
         plane (the kernels store the index into their own GEMM rows)."""
-        return ws["pool_argmax"].astype(np.int64)
+        return self._stored_argmax(ws)
 
 
 def group_size(g: ConvGeometry, rows: int, n: int) -> int:

@@ -1,5 +1,5 @@
 """Small shared CPU kernels: gradient-part bounds, bias-gradient row sums and the fixed-order reduction
-of per-chunk gradients."""
+of the gradient parts."""
 import numpy as np
 from numba import prange
 
@@ -43,30 +43,35 @@ def add_row_sums(db, gf, P, n, first):
         db[co] = s if first else db[co] + s
 
 
-@kernel(parallel=False)
-def reduce_block(M):
-    """Elements per prange iteration of sum_chunks for a gradient of M elements: at least 64
-    iterations from M = 16,384 on, blocks of 256 to 4,096 elements."""
-    return min(4096, max(256, -(-M // 64)))
-
-
 @kernel()
-def sum_chunks(out, parts):
-    """out[...] = sum over c of parts[c, ...], added in chunk order (deterministic).
+def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
+    """dw = the sum of the gradient parts dw_parts[p] and db = that of db_parts[p], added in part
+    order (deterministic), in one parallel region; the parts may hold the weight gradient in
+    another axis order than dw (a transpose).
 
-    out: (M,) flat view of a gradient; parts: (P, M), one row per gradient part.
+    dw: flat view of the weight gradient; db: (Co,); dw_parts: (P, M), each row a C-ordered
+    array of ``shape`` (Co, A, B, C) whose element (co, a, b, c) belongs at
+    dw[co * s0 + a * s1 + b * s2 + c * s3], ``strides`` = (s0, s1, s2, s3) in elements;
+    db_parts: (P, Co). Row 0 of dw_parts is the accumulator (overwritten).
     """
-    M = out.shape[0]
-    n_parts = parts.shape[0]
-    block = reduce_block(M)
-    for blk in prange((M + block - 1) // block):  # disjoint element ranges
-        lo = blk * block
-        hi = min(M, lo + block)
-        dst = out[lo:hi]
-        first = parts[0, lo:hi]
-        for i in range(hi - lo):
-            dst[i] = first[i]
-        for c in range(1, n_parts):
-            src = parts[c, lo:hi]
-            for i in range(hi - lo):
-                dst[i] += src[i]
+    Co, A, B, C = shape
+    s0, s1, s2, s3 = strides
+    P = dw_parts.shape[0]
+    R = B * C
+    for t in prange(Co * A + 1):  # disjoint rows (co, a) of the parts; the last one: db
+        if t == Co * A:
+            for co in range(Co):
+                s = db_parts[0, co]
+                for p in range(1, P):
+                    s += db_parts[p, co]
+                db[co] = s
+        else:
+            acc = dw_parts[0, t * R:(t + 1) * R]
+            for p in range(1, P):
+                src = dw_parts[p, t * R:(t + 1) * R]
+                for i in range(R):
+                    acc[i] += src[i]
+            d0 = (t // A) * s0 + (t % A) * s1
+            for b in range(B):
+                for c in range(C):
+                    dw[d0 + b * s2 + c * s3] = acc[b * C + c]

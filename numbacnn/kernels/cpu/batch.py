@@ -1,19 +1,21 @@
-"""Moving a step's data: a mini-batch gathered from the training set, and strided 4-D copies (the
-weight layouts of the "positions" convolution plan)."""
+"""Moving a step's data: a mini-batch gathered from the training set with its labels, and strided
+4-D copies (the weight layouts of the "positions" convolution plan)."""
 from numba import prange
 
 from ..._config import kernel
 
 
 @kernel(fastmath=False)
-def gather_rows(out, x, idx):
-    """out[i] = x[idx[i]] for every row i. out: (B, F); x: (N, F); idx: (B,) integers in [0, N)."""
+def gather_batch(out, labels, x, y, idx):
+    """out[i] = x[idx[i]] and labels[i] = y[idx[i]] for every row i: a mini-batch.
+    out: (B, F); labels: (B,); x: (N, F); y: (N,); idx: (B,) integers in [0, N)."""
     F = out.shape[1]
     for i in prange(out.shape[0]):  # each iteration writes its own row
         src = x[idx[i]]
         dst = out[i]
         for j in range(F):
             dst[j] = src[j]
+        labels[i] = y[idx[i]]
 
 
 @kernel(fastmath=False)

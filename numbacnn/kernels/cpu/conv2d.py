@@ -114,7 +114,7 @@ def conv2d_backward(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, 
                     need_dx, relu):
     """Gradients of conv2d_forward; the batch is split into P = dw_parts.shape[0] parts
     (part_bounds), and part c writes dw_parts[c] and db_parts[c] (reduce them with
-    sum_chunks). With relu, dout is first masked where the forward output y was not positive.
+    sum_parts). With relu, dout is first masked where the forward output y was not positive.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
     db_parts: (P, Co); dcols: (P, Ci*KH*KW, OH*OW) workspace;

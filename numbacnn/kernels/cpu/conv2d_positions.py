@@ -179,10 +179,10 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, dout, x, wk, y,
                               argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, pooled):
     """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
-    parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_chunks);
+    parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts);
     its GEMMs cover ``group`` examples at a time.
-    With relu, dout is masked where the forward output y was not positive; when pooled, dout,
-    y and argmax are the fused pool's.
+    With relu, dout is masked where the forward output y was not positive; when pooled, dout
+    and argmax are the fused pool's and y is not read.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci) -- the weight
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:

@@ -121,7 +121,7 @@ def _epilogue(o, yf, b, Wp, L, relu):
 def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
-    argmax, the argmax as an index into the wide row (oy * Wp + ox: the backward scatters
+    argmax, the argmax as an index into the wide row (oy * Wp + ox, marked: the backward scatters
     without a division), with maxpool2d_forward's tie and NaN rules. Channels holding a NaN or
     an infinity take pool_scan; the others the 2x2 selects (plain comparisons are exact there)."""
     Co, PH, PW = o.shape
@@ -184,10 +184,10 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, dout, x, w, y,
                          argmax, PH, PW, group, need_dx, relu, pooled):
     """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts
-    (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_chunks); its
+    (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts); its
     GEMMs cover ``group`` examples side by side.
-    With relu, dout is masked where the forward output y was not positive; when pooled, dout,
-    y and argmax are the fused pool's.
+    With relu, dout is masked where the forward output y was not positive; when pooled, dout
+    and argmax are the fused pool's and y is not read.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
     db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.

@@ -9,7 +9,6 @@ import numpy as np
 
 from ...backend.base import Pair, Workspace
 from ._plan import CpuConvPlan, group_size
-from ._util import sum_chunks
 from .batch import copy_strided
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 
@@ -19,6 +18,7 @@ class PositionsPlan(CpuConvPlan):
     fuses_pool = True
     forward_kernel = conv2d_forward_positions
     backward_kernel = conv2d_backward_positions
+    parts_axes = (0, 2, 3, 1)  # (Co, KH, KW, Ci): the position-major columns' order
 
     def _xt_shape(self, x: np.ndarray) -> tuple[int, int, int]:
         ph, pw = self.geometry.padding
@@ -51,13 +51,5 @@ class PositionsPlan(CpuConvPlan):
             ws.buf("bcols", (self.slots, group * L, g.ckk)),
             ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
             ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
-            dy, x, wk, y, argmax, *g.stride, *g.padding, kh, kw, group, need_dx, relu,
+            dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx, relu,
             pool is not None)
-
-    def _reduce_weight_grad(self, ws: Workspace, dweight: np.ndarray, parts: np.ndarray) -> None:
-        # the parts are laid out (Co, KH, KW, Ci), as the position-major columns
-        g = self.geometry
-        dwk = ws.buf("dwk", (g.out_channels, *g.kernel, g.in_channels))
-        sum_chunks(dwk.reshape(-1), parts)
-        copy_strided(dweight, dwk.transpose(0, 3, 1, 2))
-

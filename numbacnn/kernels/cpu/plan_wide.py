@@ -41,7 +41,7 @@ class WidePlan(CpuConvPlan):
         x = ws["x"]
         wp = x.shape[3] + 2 * self.geometry.padding[1]
         ow = wp - self.geometry.kernel[1] + 1
-        oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), wp)
+        oy, ox = np.divmod(self._stored_argmax(ws), wp)
         return oy * ow + ox
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
@@ -55,5 +55,5 @@ class WidePlan(CpuConvPlan):
             ws.buf("bcols", (self.slots, g.ckk, gl)),
             ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
             ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
-            dy, x, weight, y, argmax, *g.padding, group, need_dx, relu,
+            dy, x, weight, self.pooled_y(ws, pool), argmax, *g.padding, group, need_dx, relu,
             pool is not None)
