@@ -4,7 +4,8 @@ the CPU for one batch shape, with their buffers bound, replayed without the Pyth
 The first call of a ``StepProgram`` runs the layers' own Python (shape checks, workspace lookups,
 plan choices) once, recording every kernel call it makes and the few host operations a step needs
 besides (``host_op``: weight transposes, dropout masks); later calls gather the batch into the
-program's input buffers and replay the recorded calls in order. The calls read and write the same
+program's input buffers and replay the recorded calls in order, through the kernels' compiled
+entry points (numba's type dispatch resolved once, at recording). The calls read and write the same
 buffers and parameter views as the layers' own, so a replayed step computes bit for bit what the
 layers' Python would. The optimizer's update is not part of it (its scalars change every step).
 """
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-_local = threading.local()  # .ops: the list a step being recorded in this thread appends to
+_local = threading.local()  # .ops: the list a step being recorded in this thread appends to;
+# .replaying: a replay through the modules' names
 _record_lock = threading.Lock()  # one recording at a time (it swaps the modules' kernel names)
 
 
@@ -27,6 +29,23 @@ def host_op(fn: Any, *args: Any) -> None:
     ops = getattr(_local, "ops", None)
     if ops is not None:
         ops.append((None, fn, args))
+
+
+def replaying() -> bool:
+    """Whether this thread is replaying a recorded step through the modules' kernel names (while
+    a kernels_replaced block is open): the calls stand for entry point calls (for profiles)."""
+    return getattr(_local, "replaying", False)
+
+
+def entry_point(dispatcher: Any, args: tuple) -> Any:
+    """The compiled function that ``dispatcher(*args)`` runs, found once: calling it skips numba's
+    per-call type dispatch (typing every argument, looking the signature up), a few microseconds a
+    call after kernels that swept the caches. The dispatcher itself where there is none."""
+    overloads = getattr(dispatcher, "overloads", None)
+    if overloads is None:  # NUMBA_DISABLE_JIT: a plain function
+        return dispatcher
+    compiled = overloads.get(tuple(dispatcher.typeof_pyval(a) for a in args))
+    return dispatcher if compiled is None else compiled.entry_point
 
 
 class StepProgram:
@@ -50,9 +69,12 @@ class StepProgram:
         self.stats = np.empty(2, np.float64)  # mean loss, correct count
         self.logits: np.ndarray | None = None
         self.ops: list[tuple[Any, Any, tuple]] | None = None
+        self._calls: list[tuple[Any, tuple]] = []  # ops with their compiled entry points
+        self._stats: Any = None  # step_stats' entry point for the program's buffers
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
     def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
+        from . import _config
         from .kernels import cpu as K
 
         if (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
@@ -65,10 +87,18 @@ class StepProgram:
             self.y[...] = y[idx]
         if self.ops is None:
             self._record()
+        elif _config.replacing():  # a profile or a recording swapped the modules' kernel names
+            _local.replaying = True
+            try:
+                for mod, f, args in self.ops:
+                    (f if mod is None else getattr(mod, f))(*args)
+            finally:
+                _local.replaying = False
+            K.step_stats(self.stats, self.losses, self.logits, self.y)
         else:
-            for mod, f, args in self.ops:  # the kernel by its module's name: profiles see it
-                (f if mod is None else getattr(mod, f))(*args)
-        K.step_stats(self.stats, self.losses, self.logits, self.y)
+            for f, args in self._calls:
+                f(*args)
+            self._stats(self.stats, self.losses, self.logits, self.y)
         return float(self.stats[0]), int(self.stats[1])
 
     def _record(self) -> None:
@@ -105,3 +135,8 @@ class StepProgram:
         self.logits = logits
         self.net._can_backward = True
         self.ops = ops
+        self._calls = [(f if mod is None else entry_point(getattr(mod, f), args), args)
+                       for mod, f, args in ops]
+        stats = (self.stats, self.losses, self.logits, self.y)
+        K.step_stats(*stats)
+        self._stats = entry_point(K.step_stats, stats)  # its arguments are fixed buffers too

@@ -196,12 +196,17 @@ def _parallel_kernels() -> dict[str, Any]:
             and getattr(K, name).targetoptions.get("parallel")}
 
 
-def _recording(log: list[tuple[str, float, tuple]]) -> AbstractContextManager:
+def _recording(log: list[tuple[str, float, tuple]], info: list[tuple[bool, float]] | None = None
+               ) -> AbstractContextManager:
     """Within the block, every call of a parallel CPU kernel from Python (whichever numbacnn
-    module calls it) appends (name, seconds, args) to log."""
+    module calls it) appends (name, seconds, args) to log, and to ``info`` (when given) whether
+    a step program replayed it (then it runs the compiled entry point, as the replay does
+    unprofiled) and the seconds the timing wrapper itself took around the call."""
+    from . import program
     from ._config import kernels_replaced
 
     kernels = {id(d): name for name, d in _parallel_kernels().items()}
+    clock = time.perf_counter
 
     def timed(dispatcher: Any, current: Any, module: Any, attr: str) -> Callable | None:
         name = kernels.get(id(dispatcher))
@@ -209,9 +214,15 @@ def _recording(log: list[tuple[str, float, tuple]]) -> AbstractContextManager:
             return None
 
         def call(*args):
-            t0 = time.perf_counter()
-            r = current(*args)
-            log.append((name, time.perf_counter() - t0, args))
+            t_in = clock()
+            replayed = program.replaying()
+            f = program.entry_point(dispatcher, args) if replayed else current
+            t0 = clock()
+            r = f(*args)
+            t1 = clock()
+            log.append((name, t1 - t0, args))
+            if info is not None:
+                info.append((replayed, t0 - t_in + clock() - t1))
             return r
         return call
     return kernels_replaced(timed)
@@ -220,28 +231,34 @@ def _recording(log: list[tuple[str, float, tuple]]) -> AbstractContextManager:
 _noop = None
 
 
-def _dispatch_seconds(args: tuple, repeats: int = 200) -> float:
+def _dispatch_seconds(args: tuple, repeats: int = 200, replayed: bool = False) -> float:
     """numba's cost of calling a compiled function with these arguments (type dispatch and
-    unboxing), timed on a function that does nothing."""
+    unboxing; unboxing only for a step program's replayed call, which skips the dispatch),
+    timed on a function that does nothing."""
     global _noop
+    from .program import entry_point
+
     if _noop is None:
         import numba
 
         _noop = numba.njit(lambda *a: 0)
     _noop(*args)  # compile for these types
+    f = entry_point(_noop, args) if replayed else _noop
     best = math.inf
     for _ in range(5):
         t0 = time.perf_counter()
         for _ in range(repeats):
-            _noop(*args)
+            f(*args)
         best = min(best, (time.perf_counter() - t0) / repeats)
     return best
 
 
-def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 300) -> float:
+def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 100, blocks: int = 5) -> float:
     """One parallel region of a one-iteration kernel at ``threads`` threads, dispatch excluded,
     each call after ``gap`` seconds of Python (as a step's calls come: worker threads and caches
-    cool down between them); the median call."""
+    cool down between them): the median call of the least disturbed of ``blocks`` blocks (on a
+    shared machine another process's work on the second core only adds time, by 2-8 us a call
+    in some minutes)."""
     from . import _config
     from .kernels.cpu import relu_forward
 
@@ -249,19 +266,22 @@ def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 300) -> fl
     y = np.empty(1, np.float32)
     saved = _config.get_num_threads()
     _config.set_num_threads(threads)
-    times = []
+    medians = []
     try:
         relu_forward(y, x)
-        for _ in range(repeats):
-            until = time.perf_counter() + gap
-            while time.perf_counter() < until:  # Python busy between two kernel calls
-                pass
-            t0 = time.perf_counter()
-            relu_forward(y, x)
-            times.append(time.perf_counter() - t0)
+        for _ in range(blocks):
+            times = []
+            for _ in range(repeats):
+                until = time.perf_counter() + gap
+                while time.perf_counter() < until:  # Python busy between two kernel calls
+                    pass
+                t0 = time.perf_counter()
+                relu_forward(y, x)
+                times.append(time.perf_counter() - t0)
+            medians.append(statistics.median(times))
     finally:
         _config.set_num_threads(saved)
-    return max(statistics.median(times) - _dispatch_seconds((y, x)), 0.0)
+    return max(min(medians) - _dispatch_seconds((y, x)), 0.0)
 
 
 _gemms = None
@@ -319,28 +339,30 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
         ours = _Ours(net_name, batch)
         for _ in range(3):
             ours.train_step()
-        per_round: list[tuple[float, list[float], list[tuple[str, tuple]]]] = []
+        per_round: list[tuple[float, list[float], list[tuple[str, tuple, bool]]]] = []
         for _ in range(rounds):
             log: list[tuple[str, float, tuple]] = []
-            with _recording(log):
+            info: list[tuple[bool, float]] = []
+            with _recording(log, info):
                 t0 = time.perf_counter()
                 for _ in range(steps):
                     ours.train_step()
-                dt = (time.perf_counter() - t0) / steps
+                dt = (time.perf_counter() - t0 - sum(w for _, w in info)) / steps  # less the wrappers
             n_calls = len(log) // steps
             secs = [statistics.fmean(log[s * n_calls + i][1] for s in range(steps))
                     for i in range(n_calls)]
-            per_round.append((dt, secs, [(n, a) for n, _, a in log[:n_calls]]))
+            per_round.append((dt, secs, [(n, a, r) for (n, _, a), (r, _) in zip(log, info[:n_calls])]))
         step, seconds, shapes = min(per_round, key=lambda r: r[0])  # the least disturbed block
         rules = _iteration_rules()
         kernels = _parallel_kernels()
         calls = []
-        for (name, args), sec in zip(shapes, seconds):
+        for (name, args, replayed), sec in zip(shapes, seconds):
             params = list(inspect.signature(kernels[name].py_func).parameters)
             named = dict(zip(params, args))
             nbytes = sum(a.nbytes for k, a in named.items() if isinstance(a, np.ndarray)
                          and not (k in _PER_THREAD and a.shape[0] == _config.max_threads()))
-            calls.append(Call(name, sec, _dispatch_seconds(args), rules[name](named), nbytes))
+            calls.append(Call(name, sec, _dispatch_seconds(args, replayed=replayed),
+                              rules[name](named), nbytes))
         serial = max(step - sum(c.seconds for c in calls), 0.0)
         gap = min(serial / max(len(calls), 1), 5e-4)  # the Python between two kernel calls
         fork_join = (_fork_join_seconds(1, gap), _fork_join_seconds(2, gap)

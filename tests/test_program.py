@@ -54,6 +54,12 @@ def test_a_replayed_step_runs_no_layer_python(monkeypatch):
     tr._local_step(x, y, idx, 1)
     assert calls == []
     assert any(not np.array_equal(before[k], v) for k, v in net.state_dict().items())  # it trained
+    # the kernels are called through their compiled entry points: no numba type dispatch
+    from numba.core.registry import CPUDispatcher
+
+    program, = tr._programs.values()
+    assert len(program._calls) == len(program.ops)
+    assert not any(isinstance(f, CPUDispatcher) for f, _ in program._calls)
 
 
 def test_bad_labels_and_weighted_steps_take_the_checked_path():
