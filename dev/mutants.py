@@ -157,9 +157,11 @@ MUTANTS = [
     M("pickles carry the gradient buffer", "numbacnn/network.py",
       '        state["grads"] = None', "        pass", ["tests/test_dask.py", "-k", "pickles"]),
     # the report and the export
-    M("routing: the fused wide argmax converted with the output width as pitch", K + "plan_wide.py",
-      'oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), wp)',
-      'oy, ox = np.divmod(ws["pool_argmax"].astype(np.int64), ow)', ["tests/test_report.py", "-k", "oracle"]),
+    M("routing: the fused pool's window offsets split with the window height", K + "_plan.py",
+      "ky, kx = np.divmod(np.where(a >= 0, a, -1 - a), pool[1])",
+      "ky, kx = np.divmod(np.where(a >= 0, a, -1 - a), pool[0])", ["tests/test_report.py", "-k", "oracle"]),
+    M("fused pool backward: the window offset split with the window height", K + "_conv_epilogue.py",
+      "inv = 65536 // PKW + 1", "inv = 65536 // PKH + 1", ["tests/test_kernels.py", "-k", "fusion"]),
     M("ONNX: average pooling excludes the padding", "numbacnn/onnx_export.py",
       'kw["count_include_pad"] = 1', 'kw["count_include_pad"] = 0', ["tests/test_onnx.py"]),
     # data, layers, estimator

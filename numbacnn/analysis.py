@@ -85,7 +85,7 @@ def routing(model: Any, x: np.ndarray) -> list[PoolRouting]:
         if layer.fused:  # the preceding Conv2D pooled in its epilogue
             conv = net.layers[i - 2]
             assert isinstance(conv, Conv2D)
-            arg = conv.plan.plane_argmax(conv._buffers)  # type: ignore[attr-defined]
+            arg = conv.plan.plane_argmax(conv._buffers, conv.fused_pool)  # type: ignore[attr-defined]
             maps = _conv_relu_output(conv)
         else:
             arg = net.backend.to_host(layer._buffers["argmax"]).astype(np.int64)

@@ -94,7 +94,8 @@ class Sequential:
             relu.fused = True
             pool = self.layers[i + 2] if i + 2 < len(self.layers) else None
             if (layer.plan.fuses_pool and isinstance(pool, MaxPool2D)
-                    and pool.padding == (0, 0) and pool.stride == pool.kernel_size):
+                    and pool.padding == (0, 0) and pool.stride == pool.kernel_size
+                    and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
                 layer.fused_pool = pool.kernel_size
                 pool.fused = True
 

@@ -112,7 +112,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
 
 
 # Per-thread scratch rows (first dimension = numba's thread count): not memory traffic of the call
-_PER_THREAD = {"yw", "cols", "xt", "xpad", "gw", "dcols", "pad", "gmask"}
+_PER_THREAD = {"yw", "cols", "xt", "xpad", "gw", "dcols", "pad", "gmask", "gidx"}
 
 
 @dataclass

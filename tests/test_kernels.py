@@ -264,7 +264,16 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (4, 6, 12, 12, 16, 5, 1, 0, 2),  # position-major, LeNet's second layer
     (19, 12, 13, 12, 16, 3, 2, 1, 2),  # position-major strided, grouped backward GEMMs
     (2, 12, 11, 12, 5, 3, (2, 1), 0, (2, 3)),  # position-major, rectangular stride and windows
+    (3, 1, 9, 17, 2, 2, 1, 0, (8, 16)),  # 128-element windows: the largest int8 window offsets
+    (3, 12, 10, 18, 3, 3, 1, 0, (8, 16)),  # position-major, 128-element windows
 ]
+
+
+def test_pools_over_128_elements_are_not_fused():
+    """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
+    for pool, fused in (((8, 16), True), ((9, 15), False)):
+        net = nc.Sequential([nc.Conv2D(1, 2, 2), nc.ReLU(), nc.MaxPool2D(pool)], seed=0)
+        assert (net.layers[0].fused_pool is not None) == fused == net.layers[2].fused
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool", FUSED_CASES)

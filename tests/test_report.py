@@ -29,6 +29,9 @@ ROUTING_NETS = {
         lambda: [nc.Conv2D(2, 12, 3, padding=1), nc.ReLU(), nc.Conv2D(12, 8, 3), nc.ReLU(),
                  nc.MaxPool2D(2), nc.MaxPool2D(3, stride=2, padding=1), nc.Flatten(),
                  nc.Dense(8 * 2 * 2, 2)], (2, 9, 9)),
+    "fused wide, rectangular 2x3 windows": (
+        lambda: [nc.Conv2D(1, 3, 3), nc.ReLU(), nc.MaxPool2D((2, 3)), nc.Flatten(),
+                 nc.Dense(3 * 4 * 2, 2)], (1, 10, 10)),
     "unfused overlapping after tanh, odd sizes": (
         lambda: [nc.Conv2D(1, 2, 2), nc.Tanh(), nc.MaxPool2D(3, stride=2), nc.Flatten(),
                  nc.Dense(2 * 3 * 3, 2)], (1, 8, 9)),

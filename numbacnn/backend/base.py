@@ -75,6 +75,7 @@ class ConvPlan:
 
     name = ""
     fuses_pool = False
+    max_fused_window = 0  # the largest pool window (elements) it can fuse, when fuses_pool
 
     def __init__(self, geometry: ConvGeometry) -> None:
         self.geometry = geometry

@@ -6,40 +6,35 @@ from ..._config import kernel
 
 
 @kernel(parallel=False)
-def marked(best, i):
-    """The stored argmax of a fused ReLU + max pool window: i where the maximum is positive,
-    else -1 - i (the ReLU passes no gradient there), so that the backward needs only the
-    argmax, not the pooled values. ``unmarked`` inverts it."""
-    return i if best > np.float32(0.0) else -1 - i
+def marked(best, k):
+    """The stored argmax of a fused ReLU + max pool window: the offset k = ky * PKW + kx of the
+    maximum inside its window where that maximum is positive, else -1 - k (the ReLU passes no
+    gradient there), so that the backward needs only the argmax, not the pooled values; int8
+    holds it for windows of up to 128 elements. -1 - k is ~k: a ^ (a >> 31) gives k back."""
+    return k if best > np.float32(0.0) else -1 - k
 
 
 @kernel(parallel=False)
-def unmarked(a):
-    """The index inside a stored argmax (see ``marked``)."""
-    return a if a >= 0 else -1 - a
-
-
-@kernel(parallel=False)
-def max2x2(v0, v1, v2, v3, i0, P):
-    """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its index (v0 at i0, rows P
-    apart), the first in row-major order on ties, ``marked``; branch-free selects, so that loops
-    calling it vectorise."""
+def max2x2(v0, v1, v2, v3):
+    """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its ``marked`` offset (0-3),
+    the first in row-major order on ties; branch-free selects, so that loops calling it
+    vectorise."""
     t01 = v1 > v0
     b01 = v1 if t01 else v0
-    i01 = i0 + 1 if t01 else i0
+    k01 = 1 if t01 else 0
     t23 = v3 > v2
     b23 = v3 if t23 else v2
-    i23 = i0 + P + 1 if t23 else i0 + P
+    k23 = 3 if t23 else 2
     t = b23 > b01  # strict: row 0 wins ties
     best = b23 if t else b01
-    return best, marked(best, i23 if t else i01)
+    return best, marked(best, k23 if t else k01)
 
 
 @kernel(parallel=False)
 def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
     """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
-    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their j
-    (``marked``).
+    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their
+    window offsets (``marked``).
     As maxpool2d_forward: windows scanned in row-major order, the first maximum wins ties and
     the first NaN wins (ReLU keeps NaN, as torch.relu does). The exact, general path."""
     PH, PW = o.shape
@@ -47,17 +42,17 @@ def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
     for py in range(PH):
         for px in range(PW):
             best = zero
-            best_i = -1
+            best_k = -1
             for ky in range(PKH):
                 for kx in range(PKW):
                     j = (py * PKH + ky) * P + px * PKW + kx
                     v = src[off + j * stride] + bias
                     v = v if not v < zero else zero
-                    if best_i < 0 or (best == best and (v > best or v != v)):
+                    if best_k < 0 or (best == best and (v > best or v != v)):
                         best = v
-                        best_i = j
+                        best_k = ky * PKW + kx
             o[py, px] = best
-            a[py, px] = marked(best, best_i)
+            a[py, px] = marked(best, best_k)
 
 
 @kernel(parallel=False)
@@ -81,37 +76,47 @@ def wide_grad(gf, off, P, dout, y, Wp, relu):
 
 
 @kernel(parallel=False)
-def wide_grad_pooled(gf, off, P, dout, a, L, gm):
-    """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + max pool routed to each
-    window's argmax a (Co, PH, PW), an index into the row of length L (zero elsewhere), ``marked``
-    where the ReLU passed nothing; dout: the pooled values' gradient; gm: a workspace of at least
-    Co * PH * PW floats.
+def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
+    """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + PKH x PKW max pool
+    routed to each window's argmax a (Co, PH, PW) (``marked`` window offsets), on rows of length
+    L whose output row pitch is Wp (zero elsewhere); dout: the pooled values' gradient; gm, gi:
+    float32 and int32 workspaces of at least Co * PH * PW elements.
 
-    The ReLU mask is applied first in a vectorised pass, then every window stores
-    unconditionally (windows do not overlap, so each argmax is written once): a branch on the
-    mask inside the scatter mispredicted and ran 5x slower."""
+    A vectorised pass first applies the ReLU mask (gm) and turns each offset k into its place
+    relative to the window's corner, ky * Wp + kx (gi; ky by a multiply and a shift, exact for
+    k, PKW <= 128); then every window stores unconditionally (windows do not overlap, so each
+    argmax is written once): a branch on the mask inside the scatter mispredicted and ran 5x
+    slower, and splitting k inside it 2.5x."""
     Co, PH, PW = dout.shape
     M = Co * PH * PW
     zero = np.float32(0.0)
     df = dout.reshape(M)
     af = a.reshape(M)
+    inv = np.int32(65536 // PKW + 1)  # (k * inv) >> 16 == k // PKW
+    step = np.int32(Wp - PKW)
     for i in range(M):
-        gm[i] = df[i] if af[i] >= 0 else zero  # the ReLU passed the maximum
+        v = np.int32(af[i])
+        gm[i] = df[i] if v >= 0 else zero  # the ReLU passed the maximum
+        k = v ^ (v >> np.int32(31))  # the offset, marked or not
+        gi[i] = k + ((k * inv) >> np.int32(16)) * step
     for co in range(Co):
         row = gf[off + co * P:off + co * P + L]
         for j in range(L):
             row[j] = zero
-        s0 = co * PH * PW
-        gs = gm[s0:s0 + PH * PW]
-        ac = af[s0:s0 + PH * PW]
-        for i in range(PH * PW):
-            row[unmarked(ac[i])] = gs[i]
+        for py in range(PH):
+            s0 = (co * PH + py) * PW
+            gs = gm[s0:s0 + PW]
+            gd = gi[s0:s0 + PW]
+            dst = row[py * PKH * Wp:]
+            for px in range(PW):
+                dst[px * PKW + gd[px]] = gs[px]
 
 
 @kernel(parallel=False)
-def grad_rows(gf, off, P, dout, y, a, Wp, L, relu, pooled, gm):
-    """wide_grad_pooled when pooled (a: the argmax; gm its workspace; y unused), else wide_grad."""
-    if pooled:
-        wide_grad_pooled(gf, off, P, dout, a, L, gm)
+def grad_rows(gf, off, P, dout, y, a, Wp, L, relu, PKH, PKW, gm, gi):
+    """wide_grad_pooled when pooled (PKH > 0; a: the argmax; gm, gi its workspaces; y unused),
+    else wide_grad."""
+    if PKH > 0:
+        wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi)
     else:
         wide_grad(gf, off, P, dout, y, Wp, relu)

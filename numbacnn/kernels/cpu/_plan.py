@@ -20,6 +20,7 @@ class CpuConvPlan(ConvPlan):
     forward_kernel: Any = None
     backward_kernel: Any = None
     parts_axes = (0, 1, 2, 3)  # the weight gradient parts' axes, as axes of (Co, Ci, KH, KW)
+    max_fused_window = 128  # the fused pool's argmax is an int8 offset inside the window
 
     def __init__(self, geometry: ConvGeometry) -> None:
         super().__init__(geometry)
@@ -33,8 +34,8 @@ class CpuConvPlan(ConvPlan):
         co = self.geometry.out_channels
         if pool:
             y = ws.buf("y", (n, co, oh // pool[0], ow // pool[1]))
-            return y, ws.buf("pool_argmax", y.shape, np.int32)
-        return ws.buf("y", (n, co, oh, ow)), ws.buf("pool_argmax", (n, 1, 1, 1), np.int32)
+            return y, ws.buf("pool_argmax", y.shape, np.int8)
+        return ws.buf("y", (n, co, oh, ow)), ws.buf("pool_argmax", (n, 1, 1, 1), np.int8)
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                  relu: bool, pool: Pair | None) -> Any:
@@ -61,14 +62,21 @@ class CpuConvPlan(ConvPlan):
         y = ws["y"]
         return ws.buf("y0", (y.shape[0], 1, 1, 1)) if pool else y
 
-    def _stored_argmax(self, ws: Workspace) -> np.ndarray:
-        a = ws["pool_argmax"].astype(np.int64)
-        return np.where(a >= 0, a, -1 - a)  # the index inside _conv_epilogue.marked
+    def pooled_workspaces(self, ws: Workspace, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
+        """gmask and gidx: a fused pool's backward workspaces, float32 and int32 rows of one
+        example's pooled size per thread."""
+        m = ws["y"][0].size if pool else 1
+        return ws.buf("gmask", (self.slots, m)), ws.buf("gidx", (self.slots, m), np.int32)
 
-    def plane_argmax(self, ws: Workspace) -> np.ndarray:
-        """The fused pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the conv's output
-        plane (the kernels store the index into their own GEMM rows)."""
-        return self._stored_argmax(ws)
+    def plane_argmax(self, ws: Workspace, pool: Pair) -> np.ndarray:
+        """The fused (PKH, PKW) pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the
+        conv's output plane (the kernels store offsets inside the window, _conv_epilogue.marked)."""
+        a = ws["pool_argmax"].astype(np.int64)
+        ky, kx = np.divmod(np.where(a >= 0, a, -1 - a), pool[1])
+        ph, pw = a.shape[2:]
+        ow = self.geometry.out_hw(*ws["x"].shape[2:])[1]
+        oy = np.arange(ph)[:, None] * pool[0] + ky
+        return oy * ow + np.arange(pw)[None, :] * pool[1] + kx
 
 
 def group_size(g: ConvGeometry, rows: int, n: int) -> int:

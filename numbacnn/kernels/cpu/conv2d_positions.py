@@ -102,10 +102,10 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
 def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
     position oy * OW + ox, channel co): bias, ReLU when relu (NaN stays NaN), and (PKH > 0) max
-    pooling with stride = window, argmax as an index into the (OH, OW) plane, with
-    maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or pooled (Co, PH, PW) with a its
-    argmax. The 2x2 path runs over channels, contiguous in ytf; an example holding a NaN or an
-    infinity takes pool_scan instead."""
+    pooling with stride = window, argmax as the offset inside the window
+    (_conv_epilogue.marked), with maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or
+    pooled (Co, PH, PW) with a its argmax. The 2x2 path runs over channels, contiguous in ytf;
+    an example holding a NaN or an infinity takes pool_scan instead."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     if PKH == 0:
@@ -123,7 +123,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
     if PKH == 2 and PKW == 2 and bad == bad:
         for py in range(PH):
             for px in range(PW):
-                j0 = 2 * py * OW + 2 * px  # also the argmax of the window's first element
+                j0 = 2 * py * OW + 2 * px  # the window's first position
                 ra = ytf[j0 * Co:j0 * Co + Co]
                 rb = ytf[(j0 + 1) * Co:(j0 + 1) * Co + Co]
                 rc = ytf[(j0 + OW) * Co:(j0 + OW) * Co + Co]
@@ -138,7 +138,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
                     v2 = v2 if v2 > zero else zero
                     v3 = rd[co] + bias
                     v3 = v3 if v3 > zero else zero
-                    o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3, j0, OW)
+                    o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3)
     else:
         for co in range(Co):
             pool_scan(o[co], a[co], ytf, co, Co, OW, b[co], PKH, PKW)
@@ -152,7 +152,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
     out and argmax then hold the pooled values and their argmax (see _epilogue_positions).
 
-    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
+    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
     (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); wt: the weight as
     (ky, kx, ci) x co, (ckk, Co).
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
@@ -176,19 +176,21 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 
 
 @kernel()
-def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, dout, x, wk, y,
-                              argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, pooled):
+def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x,
+                              wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH,
+                              PKW):
     """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
     parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts);
     its GEMMs cover ``group`` examples at a time.
-    With relu, dout is masked where the forward output y was not positive; when pooled, dout
-    and argmax are the fused pool's and y is not read.
+    With relu, dout is masked where the forward output y was not positive; with a fused
+    PKH x PKW max pool (PKH > 0), dout and argmax are the pool's and y is not read.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci) -- the weight
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
     (P, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
-    xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) when pooled.
+    xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) and gidx (int32, as gmask) when
+    pooled.
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
@@ -214,8 +216,8 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
             for e in range(G):
                 n = n0 + g0 + e
                 _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW)
-                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, pooled,
-                           gmask[t])
+                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
+                          gmask[t], gidx[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
             sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,

@@ -121,8 +121,8 @@ def _epilogue(o, yf, b, Wp, L, relu):
 def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
-    argmax, the argmax as an index into the wide row (oy * Wp + ox, marked: the backward scatters
-    without a division), with maxpool2d_forward's tie and NaN rules. Channels holding a NaN or
+    argmax, the argmax as the window offset (_conv_epilogue.marked), with maxpool2d_forward's
+    tie and NaN rules. Channels holding a NaN or
     an infinity take pool_scan; the others the 2x2 selects (plain comparisons are exact there)."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
@@ -140,10 +140,9 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
                 arow = a[co, py]
                 r0 = row[2 * py * Wp:]
                 r1 = row[(2 * py + 1) * Wp:]
-                base = 2 * py * Wp
                 for px in range(PW):
                     i = 2 * px
-                    orow[px], arow[px] = max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], base + i, Wp)
+                    orow[px], arow[px] = max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1])
         else:
             pool_scan(o[co], a[co], row, 0, 1, Wp, zero, PKH, PKW)
 
@@ -154,7 +153,7 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
     out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool).
 
-    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int32
+    out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
     (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L);
     yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else (T, 1, 1, 1). Nothing is
@@ -181,19 +180,19 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
 
 
 @kernel()
-def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, dout, x, w, y,
-                         argmax, PH, PW, group, need_dx, relu, pooled):
+def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w,
+                         y, argmax, PH, PW, group, need_dx, relu, PKH, PKW):
     """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts
     (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts); its
     GEMMs cover ``group`` examples side by side.
-    With relu, dout is masked where the forward output y was not positive; when pooled, dout
-    and argmax are the fused pool's and y is not read.
+    With relu, dout is masked where the forward output y was not positive; with a fused
+    PKH x PKW max pool (PKH > 0), dout and argmax are the pool's and y is not read.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
     db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols
     (T, Ci*KH*KW, group * L); pad (T, Ci, H + 2PH, W + 2PW) when padded; gmask
-    (T, at least Co * PH * PW) when pooled.
+    (T, at least Co * PH * PW) and gidx (int32, as gmask) when pooled.
     """
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
@@ -220,7 +219,8 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, do
             for e in range(G):
                 n = n0 + g0 + e
                 im2col_wide(cf[e * L:], PG, _plane(pad[t], x[n], PH, PW), KH, KW, Wp, L)
-                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, pooled, gmask[t])
+                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, PKH, PKW,
+                          gmask[t], gidx[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,

@@ -41,7 +41,7 @@ class PositionsPlan(CpuConvPlan):
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
-        x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
+        x, argmax = ws["x"], ws["pool_argmax"]
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         group = group_size(g, L, x.shape[0])
         wk = ws.buf("wk", (co, kh, kw, ci))
@@ -50,6 +50,6 @@ class PositionsPlan(CpuConvPlan):
             dx, dw_parts, db_parts, ws.buf("gw", (self.slots, co, group * L)),
             ws.buf("bcols", (self.slots, group * L, g.ckk)),
             ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
-            ws.buf("xt", self._xt_shape(x)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
+            ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
             dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx, relu,
-            pool is not None)
+            *(pool or (0, 0)))

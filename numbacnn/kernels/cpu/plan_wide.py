@@ -36,17 +36,9 @@ class WidePlan(CpuConvPlan):
                             x, weight, bias, *g.padding, relu, *(pool or (0, 0)))
         return y
 
-    def plane_argmax(self, ws: Workspace) -> np.ndarray:
-        # the kernels index the wide rows (pitch Wp); the output plane has OW = Wp - KW + 1 columns
-        x = ws["x"]
-        wp = x.shape[3] + 2 * self.geometry.padding[1]
-        ow = wp - self.geometry.kernel[1] + 1
-        oy, ox = np.divmod(self._stored_argmax(ws), wp)
-        return oy * ow + ox
-
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
-        x, y, argmax = ws["x"], ws["y"], ws["pool_argmax"]
+        x, argmax = ws["x"], ws["pool_argmax"]
         hp, wp, L = self._geometry(x)
         group = group_size(g, L, x.shape[0])
         gl = group * L
@@ -54,6 +46,6 @@ class WidePlan(CpuConvPlan):
             dx, dw_parts, db_parts, ws.buf("gw", (self.slots, g.out_channels, gl)),
             ws.buf("bcols", (self.slots, g.ckk, gl)),
             ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
-            ws.buf("dpad", self._pad_shape(hp, wp)), ws.buf("gmask", (self.slots, y[0].size if pool else 1)),
+            ws.buf("dpad", self._pad_shape(hp, wp)), *self.pooled_workspaces(ws, pool),
             dy, x, weight, self.pooled_y(ws, pool), argmax, *g.padding, group, need_dx, relu,
-            pool is not None)
+            *(pool or (0, 0)))
