@@ -55,6 +55,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
     """Kernel name -> function of the call's arguments (by parameter name) giving the work of
     each ``prange`` iteration. Uses the kernels' own block-size helpers."""
     from .kernels.cpu import activations, optim
+    from .kernels.cpu._util import parts_rows
     from .kernels.cpu.dense import backward_grid, forward_grid
 
     def planes(a: dict) -> np.ndarray:
@@ -76,10 +77,10 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         j[:len(dx)] += dx
         return np.outer(_blocks(f_in, ib), j).ravel()
 
-    def sum_parts(a: dict) -> np.ndarray:  # rows (co, a) of B * C elements, then the bias
+    def sum_parts(a: dict) -> np.ndarray:  # blocks of rows (co, a) of B * C elements, then the bias
         co, rows, b, c = a["shape"]
         p = a["dw_parts"].shape[0]
-        return np.append(np.full(co * rows, float(b * c * p)), co * p)
+        return np.append(_blocks(co * rows, parts_rows(b * c)) * b * c * p, co * p)
 
     def elementwise(a: dict) -> np.ndarray:
         first = next(iter(a.values()))

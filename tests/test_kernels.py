@@ -407,13 +407,14 @@ def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
     assert stats[1] == int((logits.argmax(1) == y).sum())
 
 
+@pytest.mark.parametrize("shape", [(5, 3, 2, 3), (7, 41, 2, 3)])  # one block of rows; several
 @pytest.mark.parametrize("axes", [(0, 1, 2, 3), (0, 2, 3, 1)])
 @pytest.mark.parametrize("parts", [1, 2, 7])
-def test_sum_parts_adds_the_parts_in_order_into_any_axis_order(rng, axes, parts):
+def test_sum_parts_adds_the_parts_in_order_into_any_axis_order(rng, shape, axes, parts):
     """The gradient parts' reduction against a float32 loop over the parts in order (bit for
     bit: the order is what makes results independent of the thread count), with the parts laid
     out as a transpose of the weight (the "positions" plan's (Co, KH, KW, Ci)) or not."""
-    co, ci, kh, kw = 5, 3, 2, 3
+    co, ci, kh, kw = shape
     dw = np.full((co, ci, kh, kw), np.nan, np.float32)
     view = dw.transpose(axes)
     scale = 10.0 ** rng.integers(-3, 4, (parts, 1, 1, 1, 1))  # rounding differs with the order

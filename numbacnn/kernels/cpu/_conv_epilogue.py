@@ -80,18 +80,24 @@ def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
     """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + PKH x PKW max pool
     routed to each window's argmax a (Co, PH, PW) (``marked`` window offsets), on rows of length
     L whose output row pitch is Wp (zero elsewhere); dout: the pooled values' gradient; gm, gi:
-    float32 and int32 workspaces of at least Co * PH * PW elements.
+    float32 and int32 workspaces of at least Co * PH * PW and (Co + 1) * PH * PW elements.
 
     A vectorised pass first applies the ReLU mask (gm) and turns each offset k into its place
-    relative to the window's corner, ky * Wp + kx (gi; ky by a multiply and a shift, exact for
-    k, PKW <= 128); then every window stores unconditionally (windows do not overlap, so each
-    argmax is written once): a branch on the mask inside the scatter mispredicted and ran 5x
-    slower, and splitting k inside it 2.5x."""
+    relative to its window's corner, ky * Wp + kx (gi; ky by a multiply and a shift, exact for
+    k, PKW <= 128); the corners' places are the same for every channel (the tail of gi). Then
+    every window stores unconditionally (windows do not overlap, so each argmax is written
+    once): a branch on the mask inside the scatter mispredicted and ran 5x slower, and
+    splitting k inside it 2.5x."""
     Co, PH, PW = dout.shape
-    M = Co * PH * PW
+    HW = PH * PW
+    M = Co * HW
     zero = np.float32(0.0)
     df = dout.reshape(M)
     af = a.reshape(M)
+    corner = gi[M:M + HW]
+    for py in range(PH):
+        for px in range(PW):
+            corner[py * PW + px] = py * PKH * Wp + px * PKW
     inv = np.int32(65536 // PKW + 1)  # (k * inv) >> 16 == k // PKW
     step = np.int32(Wp - PKW)
     for i in range(M):
@@ -103,13 +109,10 @@ def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
         row = gf[off + co * P:off + co * P + L]
         for j in range(L):
             row[j] = zero
-        for py in range(PH):
-            s0 = (co * PH + py) * PW
-            gs = gm[s0:s0 + PW]
-            gd = gi[s0:s0 + PW]
-            dst = row[py * PKH * Wp:]
-            for px in range(PW):
-                dst[px * PKW + gd[px]] = gs[px]
+        gs = gm[co * HW:(co + 1) * HW]
+        gd = gi[co * HW:(co + 1) * HW]
+        for i in range(HW):
+            row[corner[i] + gd[i]] = gs[i]
 
 
 @kernel(parallel=False)

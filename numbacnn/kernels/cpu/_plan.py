@@ -63,10 +63,12 @@ class CpuConvPlan(ConvPlan):
         return ws.buf("y0", (y.shape[0], 1, 1, 1)) if pool else y
 
     def pooled_workspaces(self, ws: Workspace, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
-        """gmask and gidx: a fused pool's backward workspaces, float32 and int32 rows of one
-        example's pooled size per thread."""
-        m = ws["y"][0].size if pool else 1
-        return ws.buf("gmask", (self.slots, m)), ws.buf("gidx", (self.slots, m), np.int32)
+        """gmask and gidx: a fused pool's backward workspaces per thread, float32 rows of one
+        example's pooled size and int32 rows of one pooled channel more."""
+        y = ws["y"]
+        m = y[0].size if pool else 1
+        return (ws.buf("gmask", (self.slots, m)),
+                ws.buf("gidx", (self.slots, m + y[0, 0].size if pool else 1), np.int32))
 
     def plane_argmax(self, ws: Workspace, pool: Pair) -> np.ndarray:
         """The fused (PKH, PKW) pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the

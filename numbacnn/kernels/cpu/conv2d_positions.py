@@ -189,8 +189,8 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
     (P, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
-    xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) and gidx (int32, as gmask) when
-    pooled.
+    xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) and gidx (int32, (T, at least
+    (Co + 1) * PH * PW)) when pooled.
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]

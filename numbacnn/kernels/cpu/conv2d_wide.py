@@ -192,7 +192,8 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols
     (T, Ci*KH*KW, group * L); pad (T, Ci, H + 2PH, W + 2PW) when padded; gmask
-    (T, at least Co * PH * PW) and gidx (int32, as gmask) when pooled.
+    (T, at least Co * PH * PW) and gidx (int32, (T, at least (Co + 1) * PH * PW)) when
+    pooled.
     """
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
