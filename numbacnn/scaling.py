@@ -69,7 +69,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
 
     def dense_backward(a: dict) -> np.ndarray:
         (n, f_in), f_out = a["x"].shape, a["w"].shape[0]
-        ib, ob, rb = backward_grid(n, f_in, f_out)
+        ib, ob, rb = backward_grid(n, f_in, f_out, a["need_dx"])
         dw = _blocks(f_out, ob) * n  # per j: an (ob x N) @ (N x ib) GEMM
         dx = _blocks(n, rb) * f_out if a["need_dx"] else np.zeros(0)
         j = np.zeros(max(len(dw), len(dx)))

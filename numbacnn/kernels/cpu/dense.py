@@ -38,17 +38,19 @@ def forward_grid(N, F_in, F_out):
 
 
 @kernel(parallel=False)
-def backward_grid(N, F_in, F_out):
+def backward_grid(N, F_in, F_out, need_dx):
     """(input features, output features of dw, rows of dx) of dense_backward's tiles: up to
     16 x 2; where a tile would hold fewer than MIN_TILE_WORK multiply-adds, first all output
-    features and rows in one tile (16 x 1), then fewer input-feature blocks."""
+    features and rows in one tile (16 x 1: each tile then makes its block of dw and, when
+    need_dx, of dx), then fewer input-feature blocks."""
     ib = tile(F_in, 16, 64)
     ob = tile(F_out, 2, 32)
     rb = tile(N, 2, 32)
     if min(ob * N, rb * F_out) * ib < MIN_TILE_WORK:
         ob = F_out
         rb = N
-    while ib < F_in and N * F_out * ib < MIN_TILE_WORK:
+    products = 2 if need_dx else 1
+    while ib < F_in and products * N * F_out * ib < MIN_TILE_WORK:
         ib *= 2
     return ib, ob, rb
 
@@ -93,7 +95,7 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     gf = dout.reshape(N * F_out)
     dwf = dw.reshape(F_out * F_in)
     dxf = dx.reshape(dx.size)
-    ib, ob, rb = backward_grid(N, F_in, F_out)
+    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx)
     n_o = -(-F_out // ob)
     n_r = -(-N // rb) if need_dx else 0
     n_j = max(n_o, n_r)
