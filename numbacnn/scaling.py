@@ -108,7 +108,7 @@ def _iteration_rules() -> dict[str, Callable[..., np.ndarray]]:
         "dropout_backward": elementwise,
         "sgd_update": update, "rmsprop_update": update, "adam_update": update,
         "gather_batch": lambda a: _even(a["out"].shape[0]),
-        "copy_strided": lambda a: _even(a["dst"].shape[0]),
+        "copy_strided": lambda a: _even(a["dst"].shape[0] * a["dst"].shape[1]),
     }
 
 
@@ -254,7 +254,7 @@ def _dispatch_seconds(args: tuple, repeats: int = 200, replayed: bool = False) -
     return best
 
 
-def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 100, blocks: int = 5) -> float:
+def _fork_join_seconds(threads: int, gap: float = 0.0, repeats: int = 60, blocks: int = 9) -> float:
     """One parallel region of a one-iteration kernel at ``threads`` threads, dispatch excluded,
     each call after ``gap`` seconds of Python (as a step's calls come: worker threads and caches
     cool down between them): the median call of the least disturbed of ``blocks`` blocks (on a

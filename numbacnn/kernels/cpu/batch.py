@@ -22,13 +22,14 @@ def gather_batch(out, labels, x, y, idx):
 def copy_strided(dst, src):
     """dst[...] = src for 4-D arrays of one shape; src may be any strided view (a transpose)."""
     A, B, C, D = dst.shape
-    for a in prange(A):  # each iteration writes its own slab
-        for b in range(B):
-            for c in range(C):
-                d = dst[a, b, c]
-                s = src[a, b, c]
-                for k in range(D):
-                    d[k] = s[k]
+    for ab in prange(A * B):  # each iteration writes its own slab (a, b)
+        a = ab // B
+        b = ab % B
+        for c in range(C):
+            d = dst[a, b, c]
+            s = src[a, b, c]
+            for k in range(D):
+                d[k] = s[k]
 
 
 @kernel(parallel=False, fastmath=False)
