@@ -12,12 +12,13 @@ layers' Python would. The optimizer's update is not part of it (its scalars chan
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
 _local = threading.local()  # .ops: the list a step being recorded in this thread appends to;
-# .replaying: a replay through the modules' names
+# .timer: a profile's hook (set_timer)
 _record_lock = threading.Lock()  # one recording at a time (it swaps the modules' kernel names)
 
 
@@ -31,10 +32,19 @@ def host_op(fn: Any, *args: Any) -> None:
         ops.append((None, fn, args))
 
 
-def replaying() -> bool:
-    """Whether this thread is replaying a recorded step through the modules' kernel names (while
-    a kernels_replaced block is open): the calls stand for entry point calls (for profiles)."""
-    return getattr(_local, "replaying", False)
+def set_timer(hook: Any) -> None:
+    """Profiles: while ``hook`` is set (not None) in this thread, replayed steps time each kernel
+    call and report ``hook(dispatcher, seconds, args, t_end)`` right after it (t_end: the
+    perf_counter reading that ended the call, so the hook can measure its own cost)."""
+    _local.timer = hook
+
+
+def _dispatcher(value: Any) -> Any:
+    """The numba dispatcher a module name holds, behind any wrapper that an enclosing
+    kernels_replaced block put there (its ``__wrapped__``)."""
+    from numba.core.registry import CPUDispatcher
+
+    return value if isinstance(value, CPUDispatcher) else getattr(value, "__wrapped__", value)
 
 
 def entry_point(dispatcher: Any, args: tuple) -> Any:
@@ -70,6 +80,7 @@ class StepProgram:
         self.logits: np.ndarray | None = None
         self.ops: list[tuple[Any, Any, tuple]] | None = None
         self._calls: list[tuple[Any, tuple]] = []  # ops with their compiled entry points
+        self._kernels: list[Any] = []  # each op's dispatcher (None: a host op)
         self._stats: Any = None  # step_stats' entry point for the program's buffers
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
@@ -85,15 +96,21 @@ class StepProgram:
         else:
             self.x[...] = x[idx]
             self.y[...] = y[idx]
+        timer = getattr(_local, "timer", None)
         if self.ops is None:
             self._record()
-        elif _config.replacing():  # a profile or a recording swapped the modules' kernel names
-            _local.replaying = True
-            try:
-                for mod, f, args in self.ops:
-                    (f if mod is None else getattr(mod, f))(*args)
-            finally:
-                _local.replaying = False
+        elif timer is not None:  # a profile: the same calls, each timed
+            clock = time.perf_counter
+            for (f, args), kernel in zip(self._calls, self._kernels):
+                t0 = clock()
+                f(*args)
+                t1 = clock()
+                if kernel is not None:
+                    timer(kernel, t1 - t0, args, t1)
+            K.step_stats(self.stats, self.losses, self.logits, self.y)
+        elif _config.replacing():  # a recording swapped the modules' kernel names
+            for mod, f, args in self.ops:
+                (f if mod is None else getattr(mod, f))(*args)
             K.step_stats(self.stats, self.losses, self.logits, self.y)
         else:
             for f, args in self._calls:
@@ -135,8 +152,9 @@ class StepProgram:
         self.logits = logits
         self.net._can_backward = True
         self.ops = ops
-        self._calls = [(f if mod is None else entry_point(getattr(mod, f), args), args)
-                       for mod, f, args in ops]
+        self._kernels = [None if mod is None else _dispatcher(getattr(mod, f)) for mod, f, _ in ops]
+        self._calls = [(f if k is None else entry_point(k, args), args)
+                       for k, (_, f, args) in zip(self._kernels, ops)]
         stats = (self.stats, self.losses, self.logits, self.y)
         K.step_stats(*stats)
         self._stats = entry_point(K.step_stats, stats)  # its arguments are fixed buffers too

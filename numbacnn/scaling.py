@@ -22,8 +22,8 @@ import inspect
 import math
 import statistics
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,12 +197,15 @@ def _parallel_kernels() -> dict[str, Any]:
             and getattr(K, name).targetoptions.get("parallel")}
 
 
+@contextmanager
 def _recording(log: list[tuple[str, float, tuple]], info: list[tuple[bool, float]] | None = None
-               ) -> AbstractContextManager:
+               ) -> Iterator[None]:
     """Within the block, every call of a parallel CPU kernel from Python (whichever numbacnn
     module calls it) appends (name, seconds, args) to log, and to ``info`` (when given) whether
-    a step program replayed it (then it runs the compiled entry point, as the replay does
-    unprofiled) and the seconds the timing wrapper itself took around the call."""
+    a step program replayed it (through the kernel's compiled entry point, as unprofiled) and
+    the seconds the timing itself took around the call (no part of a real step). Calls from
+    Python go through timing wrappers in place of the modules' names; a step program's replay
+    times its own calls (program.set_timer)."""
     from . import program
     from ._config import kernels_replaced
 
@@ -216,17 +219,27 @@ def _recording(log: list[tuple[str, float, tuple]], info: list[tuple[bool, float
 
         def call(*args):
             t_in = clock()
-            replayed = program.replaying()
-            f = program.entry_point(dispatcher, args) if replayed else current
-            t0 = clock()
-            r = f(*args)
+            r = current(*args)
             t1 = clock()
-            log.append((name, t1 - t0, args))
+            log.append((name, t1 - t_in, args))
             if info is not None:
-                info.append((replayed, t0 - t_in + clock() - t1))
+                info.append((False, clock() - t1))
             return r
         return call
-    return kernels_replaced(timed)
+
+    def replayed(dispatcher: Any, seconds: float, args: tuple, t1: float) -> None:
+        name = kernels.get(id(dispatcher))
+        if name is not None:
+            log.append((name, seconds, args))
+            if info is not None:
+                info.append((True, clock() - t1))
+
+    with kernels_replaced(timed):
+        program.set_timer(replayed)
+        try:
+            yield
+        finally:
+            program.set_timer(None)
 
 
 _noop = None
