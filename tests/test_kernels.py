@@ -143,7 +143,8 @@ def test_avgpool2d_matches_oracle(rng, N, C, H, W, K, S, P):
 
 
 @pytest.mark.parametrize("N,Fi,Fo", [(1, 3, 2), (7, 13, 5), (33, 20, 11), (5, 150, 70), (4, 130, 33),
-                                     (2, 300, 200), (70, 150, 70), (130, 300, 200), (65, 17, 130)])
+                                     (2, 300, 200), (70, 150, 70), (130, 300, 200), (65, 17, 130),
+                                     (257, 200, 100)])
 # grids of row and feature blocks, the last ones shorter
 def test_dense_matches_oracle(rng, N, Fi, Fo):
     layer = nc.Dense(Fi, Fo).initialize(rng)

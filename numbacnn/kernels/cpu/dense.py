@@ -2,8 +2,9 @@
 (one tile per prange iteration). Every GEMM spans its whole inner dimension, so no gradient needs a
 cross-thread reduction; the grid depends on the shapes only, so neither do the results on the thread
 count. Finer grids cost time on few cores: each tile's GEMM packs its operands again (64 tiles made
-mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at 32 tiles,
-and at fewer for small layers (docs/performance.md)."""
+mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at 32 tiles
+up to batch 128 (64 at 256, where row blocks of 64 are faster), and at fewer for small layers
+(docs/performance.md)."""
 import numpy as np
 from numba import prange
 
@@ -22,13 +23,18 @@ def tile(size, most, minimum):
 # a small GEMM outweighs what another thread gains (lenet5's 256 -> 120 layer at batch 64 took 1.8x
 # as long on 30 tiles of 8 features as on 4 blocks)
 MIN_TILE_WORK = 1 << 18
+# Rows of x a tile's GEMM takes at most: mnistcnn's 1600 -> 128 layer at batch 256 ran 2.3x faster
+# forward (1.5x backward) on one thread in blocks of 64 rows than of 128 (the packed 128 x 1600 panel
+# outgrows the core's cache), and offers 64 tiles instead of 32
+MAX_TILE_ROWS = 64
 
 
 @kernel(parallel=False)
 def forward_grid(N, F_in, F_out):
-    """(rows, features) of dense_forward's tiles: up to 2 x 16, coarser while a tile holds fewer
-    than MIN_TILE_WORK multiply-adds."""
-    rb = tile(N, 2, 32)
+    """(rows, features) of dense_forward's tiles: 2 row blocks (more for batches over 128: at most
+    MAX_TILE_ROWS rows) x 16 feature blocks, coarser while a tile holds fewer than MIN_TILE_WORK
+    multiply-adds."""
+    rb = min(MAX_TILE_ROWS, tile(N, 2, 32))
     fb = tile(F_out, 16, 8)
     while fb < F_out and rb * fb * F_in < MIN_TILE_WORK:
         fb *= 2
@@ -39,13 +45,14 @@ def forward_grid(N, F_in, F_out):
 
 @kernel(parallel=False)
 def backward_grid(N, F_in, F_out, need_dx):
-    """(input features, output features of dw, rows of dx) of dense_backward's tiles: up to
-    16 x 2; where a tile would hold fewer than MIN_TILE_WORK multiply-adds, first all output
+    """(input features, output features of dw, rows of dx) of dense_backward's tiles: 16 input
+    feature blocks x 2 (more for batches over 128: at most MAX_TILE_ROWS rows of dx, and as many
+    blocks of dw); where a tile would hold fewer than MIN_TILE_WORK multiply-adds, first all output
     features and rows in one tile (16 x 1: each tile then makes its block of dw and, when
     need_dx, of dx), then fewer input-feature blocks."""
     ib = tile(F_in, 16, 64)
-    ob = tile(F_out, 2, 32)
-    rb = tile(N, 2, 32)
+    rb = min(MAX_TILE_ROWS, tile(N, 2, 32))
+    ob = tile(F_out, -(-N // rb), 32)  # as many dw blocks as dx row blocks: balanced tiles
     if min(ob * N, rb * F_out) * ib < MIN_TILE_WORK:
         ob = F_out
         rb = N
@@ -58,7 +65,7 @@ def backward_grid(N, F_in, F_out, need_dx):
 @kernel()
 def dense_forward(out, x, w, b):
     """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
-    Tiles (forward_grid): up to 2 blocks of rows x 16 blocks of output features."""
+    Tiles (forward_grid): blocks of rows x up to 16 blocks of output features."""
     N, F_in = x.shape
     F_out = w.shape[0]
     xf = x.reshape(N * F_in)
@@ -85,7 +92,7 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     """dw = dout.T @ x, db = dout summed over the batch, dx = dout @ w when need_dx.
 
     dx: (N, F_in); dw: (F_out, F_in); db: (F_out,); dout: (N, F_out); x: (N, F_in); w: (F_out, F_in).
-    Iteration (i, j) of an up to 16 x 2 grid: input-feature block i, with output-feature block j
+    Iteration (i, j) of the grid (backward_grid): input-feature block i, with output-feature block j
     of dw and row block j of dx.
     """
     N, F_in = x.shape
