@@ -406,6 +406,11 @@ def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
     K.step_stats(stats, losses, logits, y)
     assert stats[0] == pytest.approx(losses.mean(), rel=1e-15)
     assert stats[1] == int((logits.argmax(1) == y).sum())
+    tied = f32([[1, 1, 0], [0, 2, 2], [3, 3, 3]])  # ties go to the first largest logit
+    K.step_stats(stats, np.ones(3), tied, np.array([0, 1, 0]))
+    assert stats[1] == 3
+    K.step_stats(stats, np.ones(3), tied, np.array([1, 2, 2]))
+    assert stats[1] == 0
 
 
 @pytest.mark.parametrize("shape", [(5, 3, 2, 3), (7, 41, 2, 3)])  # one block of rows; several
