@@ -110,7 +110,6 @@ def kernels_replaced(replace: Callable[[Any, Any, Any, str], Callable | None]) -
         inner = getattr(value, "__wrapped__", None)  # an enclosing block's replacement
         return inner if isinstance(inner, CPUDispatcher) else None
 
-    global _replacing
     patched = []
     for name, mod in list(sys.modules.items()):
         if not name.startswith("numbacnn") or mod is None:
@@ -125,22 +124,11 @@ def kernels_replaced(replace: Callable[[Any, Any, Any, str], Callable | None]) -
                 new.__wrapped__ = dispatcher  # type: ignore[attr-defined]
                 patched.append((mod, attr, value))
                 setattr(mod, attr, new)
-    _replacing += 1
     try:
         yield
     finally:
-        _replacing -= 1
         for mod, attr, value in reversed(patched):
             setattr(mod, attr, value)
-
-
-_replacing = 0  # kernels_replaced blocks open now (in any thread)
-
-
-def replacing() -> bool:
-    """Whether a kernels_replaced block is open: kernel calls must then go through the modules'
-    names (StepProgram calls the compiled entry points directly otherwise)."""
-    return _replacing > 0
 
 
 _blas_done = False

@@ -85,7 +85,6 @@ class StepProgram:
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
     def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
-        from . import _config
         from .kernels import cpu as K
 
         if (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
@@ -108,11 +107,7 @@ class StepProgram:
                 if kernel is not None:
                     timer(kernel, t1 - t0, args, t1)
             K.step_stats(self.stats, self.losses, self.logits, self.y)
-        elif _config.replacing():  # a recording swapped the modules' kernel names
-            for mod, f, args in self.ops:
-                (f if mod is None else getattr(mod, f))(*args)
-            K.step_stats(self.stats, self.losses, self.logits, self.y)
-        else:
+        else:  # (a recording in another thread may have swapped the modules' names: no matter)
             for f, args in self._calls:
                 f(*args)
             self._stats(self.stats, self.losses, self.logits, self.y)
