@@ -10,6 +10,8 @@ from typing import Any
 
 import numba
 
+from . import prebuilt
+
 # Fast-math without 'nnan'/'ninf': reductions may be reordered and vectorised, but NaN and inf
 # keep their IEEE meaning, so max pooling's "NaN is the maximum" and divergence checks still work.
 # Without 'contract' too: with it, LLVM fused multiply-adds into FMAs differently in a fresh compile
@@ -66,14 +68,15 @@ def _compile_at_kernel_opt(dispatcher, compile_sig):
 
 NO_CACHE_WARNING = (
     "numbacnn: no writable cache directory for numba (the package's directory and the user cache are "
-    "read-only), so every process compiles the kernels again (20-30 s); set NUMBA_CACHE_DIR to a "
-    "writable directory to cache them")
+    "read-only), so every process compiles again the kernels that are not prebuilt for this machine "
+    "(20-40 s for a whole training step); set NUMBA_CACHE_DIR to a writable directory to cache them")
 
 
 def kernel(parallel: bool = True, fastmath: bool = True):
     """Decorator for CPU kernels: ``njit`` with the project's cache/parallel/fastmath flags,
-    compiled at KERNEL_OPT. Where numba finds no writable cache directory (a read-only install
-    without NUMBA_CACHE_DIR), kernels compile in memory, after one warning."""
+    compiled at KERNEL_OPT, loaded from the prebuilt kernels shipped with the package when they
+    match (``prebuilt.py``). Where numba finds no writable cache directory (a read-only install
+    without NUMBA_CACHE_DIR), what is not prebuilt compiles in memory, after one warning."""
     flags = dict(parallel=parallel, nogil=True, fastmath=set(FASTMATH) if fastmath else False)
 
     def decorate(func):
@@ -88,6 +91,7 @@ def kernel(parallel: bool = True, fastmath: bool = True):
             dispatcher = numba.njit(cache=False, **flags)(func)
         if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
             dispatcher.compile = _compile_at_kernel_opt(dispatcher, dispatcher.compile)
+            prebuilt.attach(dispatcher)  # the shipped kernels first, then numba's own cache
         return dispatcher
     return decorate
 

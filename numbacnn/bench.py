@@ -348,13 +348,27 @@ def _child(kind: str, net: str, batch: int, steps: int, env: dict[str, str]) -> 
     return [float(v) for v in out.stdout.split()]
 
 
+def _prebuilt_level() -> bool:
+    """Whether this process runs the prebuilt kernels (prebuilt.py) instead of compiling."""
+    from .prebuilt import status
+
+    return bool(status()["usable"])
+
+
 def startup_and_memory(net: str, batch: int, threads: int, use_torch: bool) -> dict[str, Any]:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
     res: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env["NUMBA_CACHE_DIR"] = cache
-        imp, first, _, _ = _child("ours", net, batch, 0, env)
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as compile_cache:
+        # an empty numba cache: the shipped kernels (prebuilt.py) when this machine can run them,
+        # and, in another empty cache, the same without them: every kernel compiled
+        res["cold_start_prebuilt_to_first_step_s"] = None
+        if _prebuilt_level():
+            imp, first, _, _ = _child("ours", net, batch, 0, dict(env, NUMBA_CACHE_DIR=cache))
+            res["cold_start_prebuilt_to_first_step_s"] = imp + first
+        imp, first, _, _ = _child("ours", net, batch, 0, dict(env, NUMBA_CACHE_DIR=compile_cache,
+                                                              NUMBACNN_PREBUILT="0"))
         res["cold_compile_to_first_step_s"] = imp + first
+        env["NUMBA_CACHE_DIR"] = compile_cache
         imp, first, base, peak = _child("ours", net, batch, 20, env)
         res["warm_start_to_first_step_s"] = imp + first
         res["peak_rss_mb"] = peak / 1024
@@ -470,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         for net in nets:
             startup[net] = startup_and_memory(net, 128, max_threads, use_torch)
             s = startup[net]
-            line = (f"{net}: cold compile to first step {s['cold_compile_to_first_step_s']:.1f} s, "
+            pre = s["cold_start_prebuilt_to_first_step_s"]
+            line = (f"{net}: empty cache to first step "
+                    + (f"{pre:.2f} s with the prebuilt kernels, " if pre is not None else "")
+                    + f"{s['cold_compile_to_first_step_s']:.1f} s compiling them, "
                     f"warm start {s['warm_start_to_first_step_s']:.2f} s; batch 128 training peak "
                     f"RSS {s['peak_rss_mb']:.0f} MB ({s['rss_after_first_step_mb']:.0f} MB after "
                     f"the first step)")

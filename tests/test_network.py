@@ -281,7 +281,7 @@ def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path)
     import subprocess
     import sys
 
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBACNN_PRECOMPILE="0")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBACNN_PRECOMPILE="0", NUMBACNN_PREBUILT="0")
     env.pop("NUMBACNN_NO_CACHE", None)
     runs = [subprocess.run([sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, env=env,
                            timeout=600) for _ in range(2)]

@@ -35,7 +35,8 @@ print(json.dumps({"started": started,
 
 
 def _run(tmp_path, cache, name, precompile="1"):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBACNN_PRECOMPILE=precompile)
+    # without the prebuilt kernels: this is about compiling
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBACNN_PRECOMPILE=precompile, NUMBACNN_PREBUILT="0")
     env.pop("NUMBACNN_NO_CACHE", None)
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / name)], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
@@ -143,7 +144,8 @@ def test_the_child_stops_where_the_parent_has_been(tmp_path):
     for disp, sig in jobs[:-1]:
         (folder / f"{warmup.job_key(disp, sig)}.claim").touch()
     last, sig = jobs[-1]
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBACNN_PRECOMPILE="0")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBACNN_PRECOMPILE="0",
+               NUMBACNN_PREBUILT="0")
     env.pop("NUMBACNN_NO_CACHE", None)
     out = subprocess.run([sys.executable, "-c", warmup._CHILD, str(folder)], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=600)

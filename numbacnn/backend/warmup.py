@@ -113,11 +113,9 @@ def _parent_hook(dispatcher: Any, sig: tuple) -> AbstractContextManager:
 
 
 def _cache_is_cold(kernel: Any) -> bool:
-    try:
-        index = kernel._cache._cache_file._index_path
-    except AttributeError:  # caching off, or numba's internals moved: no warm-up
-        return False
-    return not os.path.exists(index)
+    """Neither the prebuilt kernels nor numba's disk cache hold anything for ``kernel``."""
+    is_cold = getattr(getattr(kernel, "_cache", None), "is_cold", None)
+    return bool(is_cold()) if is_cold is not None else False
 
 
 def _step_kernels(net: Any) -> list[Any]:

@@ -1,0 +1,130 @@
+"""The kernels shipped with the package (numbacnn/prebuilt.py): current, used from an empty numba
+cache, computing what kernels compiled for this host compute, and ignored when they do not fit."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from numbacnn import prebuilt
+from numbacnn.kernels import cpu as K
+
+needs_level = pytest.mark.skipif(not prebuilt.status()["usable"], reason="no prebuilt kernels run here "
+                                 "(not x86-64 Linux with AVX2 and FMA, none built for this Python and "
+                                 "numba, or NUMBACNN_PREBUILT=0)")
+
+
+def test_the_shipped_kernels_are_built_from_the_current_sources():
+    """Fails after a kernel or _config.py changes until ``python dev/build_prebuilt.py`` is run (else
+    every new install compiles for 20-40 s again)."""
+    info = prebuilt.status()
+    assert info["shipped"] == list(prebuilt.LEVELS), info
+    for level in info["shipped"]:
+        assert info[level]["current"], f"{level}: rebuild with python dev/build_prebuilt.py"
+        assert info[level]["triple"] == prebuilt.TRIPLE
+
+
+TRAIN = r"""
+import json, sys
+import numpy as np
+import numbacnn as nc
+from numbacnn.kernels import cpu as K
+rng = np.random.default_rng(0)
+out = {}
+for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):
+    net = nc.build_network(spec, (1, 28, 28), 10, seed=1)
+    o = nc.Adam(net, lr=1e-3) if opt == "adam" else nc.SGD(net, lr=0.05, momentum=0.9, nesterov=True)
+    x = rng.random((24, 1, 28, 28), dtype=np.float32)
+    y = np.arange(24) % 10
+    tr = nc.Trainer(net, o, batch_size=8, progress=False)
+    tr.fit(x, y, 2, x, y)
+    out[spec] = [float(v) for v in net.params[::97]] + [tr.history[-1]["test_loss"]]
+misses = {name: sum(getattr(K, name).stats.cache_misses.values()) for name in K.__all__}
+print(json.dumps({"params": out, "compiled": {k: v for k, v in misses.items() if v}}))
+"""
+
+
+def _train(tmp_path, name, **env_extra):
+    cache = tmp_path / name
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBACNN_PRECOMPILE="0", **env_extra)
+    env.pop("NUMBACNN_NO_CACHE", None)
+    r = subprocess.run([sys.executable, "-c", TRAIN], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), cache
+
+
+@needs_level
+def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path):
+    pre, cache = _train(tmp_path, "prebuilt")
+    assert pre["compiled"] == {}  # every kernel of both nets' training and evaluation was shipped
+    assert not list(cache.rglob("*.nbi"))
+    native, cache = _train(tmp_path, "native", NUMBACNN_PREBUILT="0")
+    assert native["compiled"] and list(cache.rglob("*.nbi"))  # the same run compiled for this host
+    # The same float32 arithmetic in the same order; only the instruction selection differs (on an
+    # AVX2 host measured bit for bit equal; a wider host's compiler may split reductions otherwise).
+    for spec in pre["params"]:
+        np.testing.assert_allclose(pre["params"][spec], native["params"][spec], rtol=1e-5, atol=1e-7)
+
+
+@needs_level
+def test_stale_sources_fall_back_to_compiling(monkeypatch):
+    """The tier is keyed by the kernels' sources: with another stamp nothing loads from it (numba's
+    own cache and the compiler take over, so an edited kernel never runs its old code)."""
+    from numba.core.caching import NullCache
+    from numba.core.registry import cpu_target
+
+    x = np.zeros(5, np.float32)
+    K.relu_forward(x, x)  # (y, x): the 1-D float32 specialisation every ReLU uses
+    sig = next(iter(K.relu_forward.overloads))
+    ctx = cpu_target.target_context
+    fresh = prebuilt.TieredCache(K.relu_forward.py_func, NullCache())
+    assert fresh.load_overload(sig, ctx) is not None and not fresh.is_cold()
+    monkeypatch.setitem(prebuilt._state, "stamp", "0" * 64)
+    stale = prebuilt.TieredCache(K.relu_forward.py_func, NullCache())
+    assert stale.load_overload(sig, ctx) is None
+
+
+def test_a_host_without_the_level_s_features_or_another_platform_uses_none(monkeypatch):
+    import llvmlite.binding as ll
+
+    for var in (*prebuilt._OFF_WHEN_SET, "NUMBACNN_PREBUILT", prebuilt._BUILD_ENV):
+        monkeypatch.delenv(var, raising=False)
+    v3 = {f: True for f in prebuilt.LEVELS["x86-64-v3"]}
+    monkeypatch.setattr(ll, "get_process_triple", lambda: prebuilt.TRIPLE)
+    monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v3))
+    assert prebuilt._host_level() == "x86-64-v3"
+    monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v3, fma=False))  # e.g. an old Xeon
+    assert prebuilt._host_level() is None
+    monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v3))
+    monkeypatch.setattr(ll, "get_process_triple", lambda: "aarch64-unknown-linux-gnu")
+    assert prebuilt._host_level() is None
+    monkeypatch.setattr(ll, "get_process_triple", lambda: prebuilt.TRIPLE)
+    for name in ("NUMBACNN_PREBUILT", "NUMBA_BOUNDSCHECK", "NUMBACNN_NO_CACHE", "NUMBA_OPT"):
+        for var in prebuilt._OFF_WHEN_SET:
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(name, "0" if name == "NUMBACNN_PREBUILT" else "1")
+        assert prebuilt._host_level() is None, name  # off, or compiled code the user asked to change
+
+
+def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkeypatch):
+    """A helper edited in another file changes the stamp (numba's own cache misses that case)."""
+    import shutil
+
+    orig = prebuilt.source_stamp()
+    copy = tmp_path / "numbacnn"
+    shutil.copytree(os.path.join(ROOT, "numbacnn"), copy, ignore=shutil.ignore_patterns("__pycache__",
+                                                                                         "_prebuilt"))
+    monkeypatch.setattr(prebuilt, "PACKAGE", str(copy))
+    base = prebuilt.source_stamp()
+    assert base == orig
+    for rel in ("kernels/cpu/_util.py", "_config.py"):
+        path = copy / rel
+        text = path.read_text()
+        path.write_text(text + "\n# edited\n")
+        assert prebuilt.source_stamp() != base, rel
+        path.write_text(text)
+    assert prebuilt.source_stamp() == base
