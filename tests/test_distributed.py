@@ -179,7 +179,8 @@ def test_only_one_rank_per_machine_compiles(tmp_path, npz):
     loads them from the cache (no cache miss)."""
     import json
 
-    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBACNN_PRECOMPILE": "0"}
+    # without the prebuilt kernels: this is about compiling
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBACNN_PRECOMPILE": "0", "NUMBACNN_PREBUILT": "0"}
     r = mpirun(["-c", COUNT_COMPILES, "--distributed", "--quiet", "--data", npz, "--epochs", "1",
                 "--arch", "conv(2,3),relu,dense(4)"], env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
