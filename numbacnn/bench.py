@@ -348,7 +348,7 @@ def _child(kind: str, net: str, batch: int, steps: int, env: dict[str, str]) -> 
     return [float(v) for v in out.stdout.split()]
 
 
-def _prebuilt_level() -> bool:
+def _runs_prebuilt() -> bool:
     """Whether this process runs the prebuilt kernels (prebuilt.py) instead of compiling."""
     from .prebuilt import status
 
@@ -362,7 +362,7 @@ def startup_and_memory(net: str, batch: int, threads: int, use_torch: bool) -> d
         # an empty numba cache: the shipped kernels (prebuilt.py) when this machine can run them,
         # and, in another empty cache, the same without them: every kernel compiled
         res["cold_start_prebuilt_to_first_step_s"] = None
-        if _prebuilt_level():
+        if _runs_prebuilt():
             imp, first, _, _ = _child("ours", net, batch, 0, dict(env, NUMBA_CACHE_DIR=cache))
             res["cold_start_prebuilt_to_first_step_s"] = imp + first
         imp, first, _, _ = _child("ours", net, batch, 0, dict(env, NUMBA_CACHE_DIR=compile_cache,

@@ -53,8 +53,8 @@ def source_stamp() -> str:
 
 def _host_level() -> str | None:
     """The level whose prebuilt kernels this process can run, or None (another OS or CPU family, a
-    CPU without AVX2/FMA, switched off, a numba code option set, or this process builds a level)."""
-    if os.environ.get("NUMBACNN_PREBUILT", "1") == "0" or os.environ.get(_BUILD_ENV):
+    CPU without AVX2/FMA, switched off, or a numba code option set)."""
+    if os.environ.get("NUMBACNN_PREBUILT", "1") == "0":
         return None
     if any(os.environ.get(name, "") not in ("", "0") for name in _OFF_WHEN_SET):
         return None
@@ -80,11 +80,11 @@ def _level_and_stamp() -> tuple[str | None, str]:
     return _state["level"], _state["stamp"]
 
 
-def _cache_classes() -> tuple[type, type]:
+def _cache_class() -> type:
     """numba's FunctionCache with the prebuilt tier's locator and index key (built on first use, so
     that importing this module does not import numba's caching machinery)."""
-    if "classes" in _state:
-        return _state["classes"]
+    if "class" in _state:
+        return _state["class"]
     from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
 
     class Locator(_CacheLocator):
@@ -123,8 +123,8 @@ def _cache_classes() -> tuple[type, type]:
         def has_index(self) -> bool:
             return bool(self._cache_file._load_index())
 
-    _state["classes"] = (PrebuiltCache, Locator)
-    return _state["classes"]
+    _state["class"] = PrebuiltCache
+    return PrebuiltCache
 
 
 class TieredCache:
@@ -137,9 +137,9 @@ class TieredCache:
         self.prebuilt = None
         if _level_and_stamp()[0] is not None:
             try:
-                self.prebuilt = _cache_classes()[0](py_func)
+                self.prebuilt = _cache_class()(py_func)
             except Exception:  # numba's caching internals moved: numba's own cache alone
-                self.prebuilt = None
+                pass
         self.building = bool(os.environ.get(_BUILD_ENV))
 
     @property

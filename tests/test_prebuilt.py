@@ -91,7 +91,7 @@ def test_stale_sources_fall_back_to_compiling(monkeypatch):
 def test_a_host_without_the_level_s_features_or_another_platform_uses_none(monkeypatch):
     import llvmlite.binding as ll
 
-    for var in (*prebuilt._OFF_WHEN_SET, "NUMBACNN_PREBUILT", prebuilt._BUILD_ENV):
+    for var in (*prebuilt._OFF_WHEN_SET, "NUMBACNN_PREBUILT"):
         monkeypatch.delenv(var, raising=False)
     v3 = {f: True for f in prebuilt.LEVELS["x86-64-v3"]}
     monkeypatch.setattr(ll, "get_process_triple", lambda: prebuilt.TRIPLE)
