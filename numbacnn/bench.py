@@ -271,14 +271,18 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
                   top: int) -> dict[str, Any]:
     """Print the modelled training speed-up at 2-64 threads (numbacnn/scaling.py) beside the
     speed-up measured at ``top`` threads (modelled there with the machine's per-thread efficiency
-    measured beside it), and where one step's time goes; returns it all for the JSON."""
+    measured beside it and its stragglers: each call's 1-thread time spread, scaling.straggle),
+    and where one step's time goes; returns it all for the JSON."""
     from . import scaling
 
     print(f"MODELLED training speed-up over 1 thread (not measured: a model fed by 1-thread "
           f"measurements of each kernel, numbacnn/scaling.py; memory ceiling {bandwidth / 1e9:.0f} "
-          f"GB/s)")
+          f"GB/s; 2-64 threads on dedicated cores; 'model' at the measured count adds this "
+          f"machine's per-thread efficiency 'eff.' and its stragglers, 'wait' the mean slowest-"
+          f"thread factor)")
     print(f"{'net':9} {'batch':>5} | " + " ".join(f"{t:>5}" for t in MODEL_THREADS)
-          + f" | {'at ' + str(top) + ': meas.':>11} {'model':>5} {'error':>6} {'eff.':>4} | "
+          + f" | {'at ' + str(top) + ': meas.':>11} {'model':>5} {'error':>6} {'eff.':>4} "
+          f"{'wait':>4} | "
           f"{'serial':>9} {'step':>8}")
     out: dict[str, Any] = {}
     for net in nets:
@@ -287,15 +291,20 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
             pred = {t: scaling.speedup(prof, t, bandwidth) for t in MODEL_THREADS}
             meas = measured.get(net, {}).get(b)
             eff = efficiency.get(net, {}).get(b, 1.0)
-            at_top = scaling.speedup(prof, top, bandwidth, eff)
+            at_top = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
+            wait = sum(c.seconds * scaling.straggle(c.spread, min(top, c.iterations))
+                       for c in prof.calls) / max(sum(c.seconds for c in prof.calls), 1e-12)
             err = f"{100 * (at_top - meas) / meas:+5.1f}%" if meas else "     -"
             print(f"{net:9} {b:5d} | " + " ".join(f"{pred[t]:5.1f}" for t in MODEL_THREADS)
                   + f" | {(f'{meas:.2f}' if meas else '-'):>11} {at_top:5.2f} {err:>6} "
-                  f"{eff:4.2f} | "
+                  f"{eff:4.2f} {wait:4.2f} | "
                   f"{1e6 * prof.serial:6.0f} us {1e3 * prof.step:5.1f} ms", flush=True)
             out.setdefault(net, {})[b] = {
                 "speedup": pred, "measured_threads": top, "measured": meas,
                 "modelled_at_measured_threads": at_top, "core_efficiency": eff,
+                "straggler_wait": wait,
+                "modelled_at_measured_threads_no_stragglers": scaling.speedup(prof, top, bandwidth,
+                                                                              eff),
                 "serial_s": prof.serial, "step_s": prof.step,
                 "fork_join_s": prof.fork_join,
                 "kernels": [{"kernel": k, "calls": n, "share": sh, "min_iterations": it}

@@ -6,15 +6,21 @@ cost of numba's dispatch for that call, the fork-join cost of a parallel region 
 (after as much Python as a step runs between two calls), and the serial rest of the step (Python
 and numpy between the calls). ``predict`` turns a profile into the step time at p threads:
 
-    T(p) = S + sum over calls k of [ d_k + o(p) + max(c_k * W_k(p), B_k / bandwidth) ]
+    T(p) = S + sum over calls k of [ d_k + o(p) + max(c_k * W_k(p) * M_k(q), B_k / bandwidth) ]
 
 S: the serial rest; d_k: the dispatch of call k (serial); o(p) = o(1) + (o(2) - o(1)) * log2(p):
 the fork-join cost of a parallel region; W_k(p): the work of the busiest thread when numba's static
 schedule hands each thread a contiguous, equal share of the iterations, c_k the measured time per
 unit of work; B_k / bandwidth: the memory ceiling (every array of the call read or written once at
 the machine's whole-socket bandwidth, a stated parameter). Cores are assumed as fast as this
-machine's one core, with no turbo or SMT effects. The model is checked where it can be: against
-the measured 1 -> 2 thread speed-up (``python -m numbacnn.bench``).
+machine's one core, with no turbo or SMT effects.
+
+M_k(q), for a shared machine only (``stragglers=True``): a parallel region ends when its slowest
+thread does, so on cores that other tenants slow down at random a region of q = min(p, iterations)
+busy threads lasts the expected slowest of q independent draws of the call's own time spread,
+measured at one thread over every profiled step (times relative to their mean; ``straggle``). On
+dedicated cores M = 1. The model is checked where it can be: against the measured 1 -> 2 thread
+speed-up (``python -m numbacnn.bench``), with this machine's per-thread efficiency and stragglers.
 """
 from __future__ import annotations
 
@@ -125,6 +131,7 @@ class Call:
     dispatch: float  # numba's dispatch for these arguments (typing and unboxing): serial
     work: np.ndarray  # work of each prange iteration (relative units)
     nbytes: int  # bytes of the call's arrays (per-thread scratch excluded)
+    spread: np.ndarray | None = None  # the call's 1-thread times over the profiled steps / their mean
 
     @property
     def iterations(self) -> int:
@@ -158,6 +165,18 @@ def _busiest(work: np.ndarray, p: int) -> float:
     return float(np.max(csum[bounds[1:]] - csum[bounds[:-1]]))
 
 
+def straggle(spread: np.ndarray | None, q: int) -> float:
+    """The expected slowest of q independent draws from ``spread`` (times relative to their mean),
+    exactly: the largest of q draws is the i-th smallest of n sorted values with probability
+    (i/n)^q - ((i-1)/n)^q. 1 for one thread, or without a measured spread."""
+    if spread is None or len(spread) == 0 or q <= 1:
+        return 1.0
+    x = np.sort(np.asarray(spread, dtype=float))
+    x = x / x.mean()
+    i = np.arange(1, len(x) + 1) / len(x)
+    return float(np.sum(x * (i**q - (i - 1 / len(x))**q)))
+
+
 def overhead(profile: StepProfile, p: int) -> float:
     """o(p): the fork-join cost of one parallel region at p threads (log2 growth from the
     measured 1- and 2-thread costs)."""
@@ -165,23 +184,28 @@ def overhead(profile: StepProfile, p: int) -> float:
     return o1 + max(o2 - o1, 0.0) * math.log2(p)
 
 
-def predict(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0) -> float:
+def predict(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0,
+            stragglers: bool = False) -> float:
     """Modelled seconds per step at p threads (see the module docstring); ``bandwidth`` in bytes/s;
     ``efficiency``: each thread's compute speed at p > 1 threads relative to one thread alone (1 for
-    dedicated cores; ``core_efficiency()`` measures this machine's)."""
+    dedicated cores; ``core_efficiency()`` measures this machine's); ``stragglers``: each region
+    waits for its slowest thread, drawn from the call's measured 1-thread spread (a shared
+    machine; False for dedicated cores)."""
     t = profile.serial
     o1 = profile.fork_join[0]
     slow = 1.0 / efficiency if p > 1 else 1.0
     for c in profile.calls:
         total = float(c.work.sum()) or 1.0
         compute = max(c.seconds - c.dispatch - o1, 0.0) / total
-        t += c.dispatch + overhead(profile, p) + max(compute * slow * _busiest(c.work, p),
+        wait = straggle(c.spread, min(p, c.iterations)) if stragglers else 1.0
+        t += c.dispatch + overhead(profile, p) + max(compute * slow * wait * _busiest(c.work, p),
                                                       c.nbytes / bandwidth)
     return t
 
 
-def speedup(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0) -> float:
-    return predict(profile, 1, bandwidth) / predict(profile, p, bandwidth, efficiency)
+def speedup(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: float = 1.0,
+            stragglers: bool = False) -> float:
+    return predict(profile, 1, bandwidth) / predict(profile, p, bandwidth, efficiency, stragglers)
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -343,7 +367,8 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
     """Profile one SGD-momentum training step of a preset net on random 28x28 data, at one thread.
 
     The calls of each step are timed in ``rounds`` blocks of ``steps`` steps; the fastest block
-    is kept (on a shared machine interference only adds time), with its per-step mean per call."""
+    is kept (on a shared machine interference only adds time), with its per-step mean per call.
+    Each call's spread (for ``straggle``) comes from its times in every step of every block."""
     from . import _config
     from .bench import _Ours
 
@@ -354,6 +379,7 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
         for _ in range(3):
             ours.train_step()
         per_round: list[tuple[float, list[float], list[tuple[str, tuple, bool]]]] = []
+        samples: list[list[float]] = []
         for _ in range(rounds):
             log: list[tuple[str, float, tuple]] = []
             info: list[tuple[bool, float]] = []
@@ -365,18 +391,22 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
             n_calls = len(log) // steps
             secs = [statistics.fmean(log[s * n_calls + i][1] for s in range(steps))
                     for i in range(n_calls)]
+            samples = samples or [[] for _ in range(n_calls)]
+            for i, times in enumerate(samples):
+                times.extend(log[s * n_calls + i][1] for s in range(steps))
             per_round.append((dt, secs, [(n, a, r) for (n, _, a), (r, _) in zip(log, info[:n_calls])]))
         step, seconds, shapes = min(per_round, key=lambda r: r[0])  # the least disturbed block
         rules = _iteration_rules()
         kernels = _parallel_kernels()
         calls = []
-        for (name, args, replayed), sec in zip(shapes, seconds):
+        for (name, args, replayed), sec, times in zip(shapes, seconds, samples):
             params = list(inspect.signature(kernels[name].py_func).parameters)
             named = dict(zip(params, args))
             nbytes = sum(a.nbytes for k, a in named.items() if isinstance(a, np.ndarray)
                          and not (k in _PER_THREAD and a.shape[0] == _config.max_threads()))
+            spread = np.sort(np.array(times)) / statistics.fmean(times)
             calls.append(Call(name, sec, _dispatch_seconds(args, replayed=replayed),
-                              rules[name](named), nbytes))
+                              rules[name](named), nbytes, spread))
         serial = max(step - sum(c.seconds for c in calls), 0.0)
         gap = min(serial / max(len(calls), 1), 5e-4)  # the Python between two kernel calls
         fork_join = (_fork_join_seconds(1, gap), _fork_join_seconds(2, gap)

@@ -111,6 +111,35 @@ def test_predicted_step_time_against_a_hand_computation():
         1e-3 + 2e-5 + 2 * (4e-6) + 4e-3 + 2e-3)
 
 
+def test_straggler_factor_is_the_expected_slowest_of_q_draws():
+    """straggle: the exact expected maximum of q draws with replacement, against a hand value and
+    a Monte Carlo estimate (tolerance 4 standard errors)."""
+    assert scaling.straggle(np.array([0.5, 1.5]), 2) == pytest.approx(0.25 * 0.5 + 0.75 * 1.5)
+    assert scaling.straggle(np.array([0.5, 1.5]), 1) == 1.0
+    assert scaling.straggle(np.array([2.0, 2.0, 2.0]), 8) == pytest.approx(1.0)  # no spread
+    assert scaling.straggle(None, 8) == 1.0
+    rng = np.random.default_rng(3)
+    x = rng.gamma(4.0, size=40)
+    for q in (2, 5, 64):
+        draws = rng.choice(x / x.mean(), size=(200_000, q)).max(axis=1)
+        assert scaling.straggle(x, q) == pytest.approx(draws.mean(), abs=4 * draws.std() / 447)
+    assert scaling.straggle(x, 10_000) == pytest.approx(x.max() / x.mean())
+
+
+def test_predicted_step_time_with_stragglers_against_a_hand_computation():
+    """Each call's compute term waits for the slowest of min(p, iterations) threads; dispatch,
+    fork-join and the serial part do not; at one thread nothing changes."""
+    spread = np.array([0.5, 1.5])
+    c1 = scaling.Call("a", 4e-3, 0.0, np.ones(4), 0, spread)
+    c2 = scaling.Call("b", 1e-3, 0.0, np.ones(1), 0, spread)  # one iteration: one thread, no wait
+    prof = scaling.StepProfile("x", 1, 5e-3, [c1, c2], serial=0.0, fork_join=(0.0, 0.0))
+    assert scaling.predict(prof, 1, stragglers=True) == pytest.approx(5e-3)
+    assert scaling.predict(prof, 2, stragglers=True) == pytest.approx(2e-3 * 1.25 + 1e-3)
+    assert scaling.predict(prof, 2) == pytest.approx(2e-3 + 1e-3)
+    q4 = scaling.straggle(spread, 4)
+    assert scaling.predict(prof, 8, stragglers=True) == pytest.approx(1e-3 * q4 + 1e-3)
+
+
 @pytest.mark.parametrize("net_name", ["lenet5", "mnistcnn"])
 def test_preset_nets_offer_64_way_slack_in_the_conv_kernels(net_name):
     """The issue's goal: the conv kernels (over 85 % of a step) offer at least 64 independent
@@ -141,3 +170,6 @@ def test_profile_step_adds_up():
     assert names.count("conv2d_backward_positions") == 1 and "sgd_update" in names
     assert scaling.speedup(prof, 1) == 1
     assert 1 < scaling.speedup(prof, 2) <= 2
+    # every call's spread: its 4 step times relative to their mean
+    assert all(len(c.spread) == 4 and c.spread.mean() == pytest.approx(1.0) for c in prof.calls)
+    assert scaling.speedup(prof, 2, stragglers=True) <= scaling.speedup(prof, 2)
