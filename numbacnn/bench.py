@@ -292,8 +292,7 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
             meas = measured.get(net, {}).get(b)
             eff = efficiency.get(net, {}).get(b, 1.0)
             at_top = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
-            wait = sum(c.seconds * scaling.straggle(c.spread, min(top, c.iterations))
-                       for c in prof.calls) / max(sum(c.seconds for c in prof.calls), 1e-12)
+            wait = scaling.mean_wait(prof, top)
             err = f"{100 * (at_top - meas) / meas:+5.1f}%" if meas else "     -"
             print(f"{net:9} {b:5d} | " + " ".join(f"{pred[t]:5.1f}" for t in MODEL_THREADS)
                   + f" | {(f'{meas:.2f}' if meas else '-'):>11} {at_top:5.2f} {err:>6} "

@@ -250,7 +250,7 @@ def build(levels: list[str] | None = None) -> None:
             shutil.rmtree(target, ignore_errors=True)
             meta = {}
         os.makedirs(target, exist_ok=True)
-        tag = ".py{}{}".format(*sys.version_info[:2])
+        tag = ".py" + py.replace(".", "")  # numba's cache files name the Python: ".py311."
         for name in os.listdir(target):
             if tag in name:
                 os.remove(os.path.join(target, name))

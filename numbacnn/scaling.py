@@ -177,6 +177,18 @@ def straggle(spread: np.ndarray | None, q: int) -> float:
     return float(np.sum(x * (i**q - (i - 1 / len(x))**q)))
 
 
+def wait(call: Call, p: int) -> float:
+    """M_k: how much longer call k's parallel compute takes at p threads on a shared machine, its
+    busy threads (q = min(p, iterations)) waiting for the slowest (``straggle``)."""
+    return straggle(call.spread, min(p, call.iterations))
+
+
+def mean_wait(profile: StepProfile, p: int) -> float:
+    """The step's ``wait`` at p threads, weighted by each call's 1-thread time."""
+    total = sum(c.seconds for c in profile.calls)
+    return sum(c.seconds * wait(c, p) for c in profile.calls) / total if total > 0 else 1.0
+
+
 def overhead(profile: StepProfile, p: int) -> float:
     """o(p): the fork-join cost of one parallel region at p threads (log2 growth from the
     measured 1- and 2-thread costs)."""
@@ -197,8 +209,8 @@ def predict(profile: StepProfile, p: int, bandwidth: float = 100e9, efficiency: 
     for c in profile.calls:
         total = float(c.work.sum()) or 1.0
         compute = max(c.seconds - c.dispatch - o1, 0.0) / total
-        wait = straggle(c.spread, min(p, c.iterations)) if stragglers else 1.0
-        t += c.dispatch + overhead(profile, p) + max(compute * slow * wait * _busiest(c.work, p),
+        m = wait(c, p) if stragglers else 1.0
+        t += c.dispatch + overhead(profile, p) + max(compute * slow * m * _busiest(c.work, p),
                                                       c.nbytes / bandwidth)
     return t
 

@@ -138,6 +138,7 @@ def test_predicted_step_time_with_stragglers_against_a_hand_computation():
     assert scaling.predict(prof, 2) == pytest.approx(2e-3 + 1e-3)
     q4 = scaling.straggle(spread, 4)
     assert scaling.predict(prof, 8, stragglers=True) == pytest.approx(1e-3 * q4 + 1e-3)
+    assert scaling.mean_wait(prof, 2) == pytest.approx((4e-3 * 1.25 + 1e-3) / 5e-3)  # the bench's 'wait'
 
 
 @pytest.mark.parametrize("net_name", ["lenet5", "mnistcnn"])
