@@ -237,7 +237,7 @@ class Conv2D(Layer):
     @property
     def plan(self) -> ConvPlan:
         """How this convolution runs on its backend, chosen by ``backend.conv_plan``: on the CPU
-        "wide", "positions" or "gemm" (kernels/cpu/plan_*.py), on CUDA "direct"."""
+        "direct", "wide", "positions" or "gemm" (kernels/cpu/plan_*.py), on CUDA "direct"."""
         if "_plan" not in self.__dict__:
             self._plan = self.backend.conv_plan(self.geometry)
         return self._plan

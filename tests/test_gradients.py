@@ -153,10 +153,15 @@ STRATEGY_NETS = {
     "small net: padded and overlapping pools, tanh, avgpool": (
         lambda: small_net().layers, NET_SPEC, (2, 9, 9)),
     "wide+fused pool, multi-block dense": (
-        lambda: [nc.Conv2D(1, 4, 3), nc.ReLU(), nc.MaxPool2D(2), nc.Flatten(), nc.Dense(100, 40),
+        lambda: [nc.Conv2D(8, 4, 3), nc.ReLU(), nc.MaxPool2D(2), nc.Flatten(), nc.Dense(100, 40),
                  nc.ReLU(), nc.Dense(40, 3)],
         [("conv", 1, 0), ("relu",), ("maxpool", 2, 2, 0), ("flatten",), ("dense",), ("relu",),
-         ("dense",)], (1, 12, 12)),
+         ("dense",)], (8, 12, 12)),
+    "direct+fused pool, direct with input gradient": (
+        lambda: [nc.Conv2D(1, 3, 5, padding=2), nc.ReLU(), nc.MaxPool2D(2), nc.Conv2D(3, 5, (2, 4)),
+                 nc.ReLU(), nc.Flatten(), nc.Dense(40, 3)],
+        [("conv", 1, 2), ("relu",), ("maxpool", 2, 2, 0), ("conv", 1, 0), ("relu",), ("flatten",),
+         ("dense",)], (1, 10, 11)),
     "positions+fused pool": (
         lambda: [nc.Conv2D(2, 12, 3, padding=1), nc.ReLU(), nc.Conv2D(12, 8, 3), nc.ReLU(),
                  nc.MaxPool2D(2), nc.Flatten(), nc.Dense(32, 3)],
@@ -185,7 +190,7 @@ def test_strategy_nets_cover_every_path():
                 fused |= layer.fused_pool is not None
             if isinstance(layer, nc.Dense):
                 blocks |= layer.in_features > 64 and layer.out_features > 32  # >= 2 blocks each way
-    assert strategies == {"wide", "positions", "gemm"} and fused and blocks
+    assert strategies == {"direct", "wide", "positions", "gemm"} and fused and blocks
 
 
 @pytest.mark.parametrize("ties", [False, True])

@@ -40,14 +40,16 @@ def _pad(p, k):
 
 
 def test_conv_strategy_is_chosen_per_layer_shape():
-    assert nc.Conv2D(1, 6, 5).strategy == "wide"
+    assert nc.Conv2D(1, 6, 5).strategy == "direct"  # stride 1, Ci*KH*KW <= 64
     assert nc.Conv2D(32, 64, 3).strategy == "positions"
     assert nc.Conv2D(6, 16, 5).strategy == "positions"  # LeNet's second layer
     assert nc.Conv2D(12, 4, 3, padding=1).strategy == "positions"
-    assert nc.Conv2D(8, 4, 3).strategy == "wide"  # Ci*KH*KW < 100
+    assert nc.Conv2D(8, 4, 3).strategy == "wide"  # 64 < Ci*KH*KW < 100
+    assert nc.Conv2D(7, 4, 3).strategy == "direct"  # Ci*KH*KW = 63
     assert nc.Conv2D(2, 4, 9).strategy == "wide"  # too few channels for long copies
-    assert nc.Conv2D(1, 32, 3).strategy == "wide"
-    assert nc.Conv2D(1, 6, 5, padding=2).strategy == "wide"
+    assert nc.Conv2D(1, 32, 3).strategy == "direct"
+    assert nc.Conv2D(1, 6, 5, padding=2).strategy == "direct"
+    assert nc.Conv2D(1, 6, 5, stride=2).strategy == "gemm"
     assert nc.Conv2D(32, 64, 3, stride=2).strategy == "positions"  # any stride
     assert nc.Conv2D(12, 4, 3, stride=(1, 2)).strategy == "positions"
     assert nc.Conv2D(3, 8, 3, stride=2).strategy == "gemm"  # strided and narrow
@@ -66,13 +68,56 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert group(32, 64, 3, 121, 128) == 2 and group(32, 64, 3, 121, 64) == 1
 
 
-@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", CONV_CASES)
-def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P):
-    layer = nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng)
+def _ran_as_chosen(layer):
+    """The chosen plan's kernels ran: position-major ones keep a transposed input ("xt"), the
+    "direct" ones an empty im2col workspace and the "wide" ones a full one."""
+    bufs = layer._buffers
+    assert ("xt" in bufs) == (layer.strategy == "positions")
+    if layer.strategy in ("wide", "direct"):
+        assert (bufs["cols"].shape[1] == 1) == (layer.strategy == "direct")
+
+
+def _other_row_plan(layer, plan):
+    """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
+    for a "direct" layer and the reverse), so that both stay checked on every shape."""
+    if plan == "swapped":
+        from numbacnn.kernels.cpu.plan_wide import DirectPlan, WidePlan
+
+        assert layer.strategy in ("wide", "direct")
+        layer._plan = (WidePlan if layer.strategy == "direct" else DirectPlan)(layer.geometry)
+    return layer
+
+
+def _row_cases(cases, stride_at):
+    """(case, "chosen") for every case, plus (case, "swapped") for the stride-1 cases that run on
+    wide rows."""
+    out = []
+    for case in cases:
+        out.append((*case, "chosen"))
+        Ci, Co, K, S = case[1], case[4], case[5], case[stride_at]
+        if nc.Conv2D(Ci, Co, K, stride=S).strategy in ("wide", "direct"):
+            out.append((*case, "swapped"))
+    return out
+
+
+DIRECT_CASES = [  # the direct kernels' taps (5, 3, 1 per pass) and channel pairs
+    (3, 1, 9, 12, 1, (2, 1), 1, 0),  # one output channel (paired with itself), single taps
+    (2, 2, 8, 13, 3, (1, 4), 1, (0, 1)),  # odd channels; 3 + 1 taps
+    (2, 1, 9, 14, 5, (3, 6), 1, (1, 2)),  # 5 + 1 taps, padded
+    (2, 2, 10, 13, 4, (2, 7), 1, 0),  # 5 + 1 + 1
+    (2, 1, 12, 14, 2, (3, 8), 1, 1),  # 5 + 3
+    (2, 1, 9, 16, 3, (2, 11), 1, (0, 3)),  # 5 + 5 + 1
+    (4, 7, 6, 6, 3, 3, 1, 0),  # 63 floats per filter: the longest direct one
+    (70, 1, 6, 9, 3, (2, 5), 1, 0),  # odd channels, parts of 2 examples (accumulated)
+]
+
+
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,plan", _row_cases(CONV_CASES + DIRECT_CASES, 6))
+def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P, plan):
+    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), plan)
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
-    # the position-major kernels ran exactly when chosen (their transposed-input workspace)
-    assert ("xt" in layer._buffers) == (layer.strategy == "positions")
+    _ran_as_chosen(layer)
     pad = _pad(P, K) if not isinstance(P, tuple) else P
     expect = ref.conv2d_forward(x, layer.weight, layer.bias, S, pad)
     assert y.shape == expect.shape
@@ -234,9 +279,12 @@ def test_maxpool2d_unpadded_fast_paths_fall_back_on_nan(rng, K, S):
                                           (17, (3, 2), 1, (1, 2), True), (12, 3, 1, 0, False)])
 def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     """The weight-only backward of a first layer (need_dx=False), with and without a fused ReLU,
-    for every strategy ("wide", "positions" from Ci = 12 here, "gemm" when strided)."""
+    for every strategy ("direct" up to 64 floats per filter, then "wide", "positions" from
+    Ci = 12 here, "gemm" when strided)."""
     layer = nc.Conv2D(Ci, 4, K, stride=S, padding=P).initialize(rng)
-    assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12 else "wide")
+    ckk = layer.geometry.ckk
+    assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12
+                              else "direct" if ckk <= 64 else "wide")
     layer.fused_relu = relu
     x = f32(rng.standard_normal((67, Ci, 9, 10)))  # 67 examples: 64 gradient parts of 1 or 2
     y = layer.forward(x, training=True)
@@ -277,16 +325,16 @@ def test_pools_over_128_elements_are_not_fused():
         assert (net.layers[0].fused_pool is not None) == fused == net.layers[2].fused
 
 
-@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool", FUSED_CASES)
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES, 6))
 @pytest.mark.parametrize("ties", [False, True])
-def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, ties):
+def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, plan, ties):
     """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window) run as one fused kernel (the
     pool in the GEMM epilogue); values, argmax routing and every gradient match the float64
     oracle of the three separate layers. ties: integer data, so that many windows tie (and many
     pre-ReLU values are negative: all-zero windows route to their first element)."""
     net = nc.Sequential([nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)],
                         seed=3)
-    conv = net.layers[0]
+    conv = _other_row_plan(net.layers[0], plan)
     assert conv.fused_pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fused
     if ties:
         x = f32(rng.integers(-2, 3, (N, Ci, H, W)))
@@ -295,7 +343,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     else:
         x = f32(rng.standard_normal((N, Ci, H, W)))
     y = net.forward(x, training=True)
-    assert ("xt" in conv._buffers) == (conv.strategy == "positions")
+    _ran_as_chosen(conv)
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
     h = np.maximum(ref.conv2d_forward(x, w, b, S, P), 0)
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)

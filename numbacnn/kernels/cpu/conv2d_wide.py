@@ -22,6 +22,7 @@ from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
 from ._util import add_row_sums, part_bounds
 from .blas import sgemm
+from .conv2d_direct import direct_rows, direct_weight_grad
 
 
 @kernel(parallel=False)
@@ -148,16 +149,17 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
 
 
 @kernel()
-def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW):
+def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct):
     """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
     out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool).
 
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
     (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
-    Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L);
-    yw (T, Co, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else (T, 1, 1, 1). Nothing is
-    cached for the backward.
+    With direct, the rows come from conv2d_direct.direct_rows instead of im2col and a GEMM.
+    Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L), unused
+    when direct; yw (T, Co + 1, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else
+    (T, 1, 1, 1). Nothing is cached for the backward.
     """
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
@@ -169,10 +171,15 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     wf = w.reshape(Co * ckk)
     for n in prange(N):  # each example writes out[n] and its thread's workspaces
         t = numba.get_thread_id()
-        cf = cols[t].reshape(ckk * L)
-        yf = yw[t].reshape(Co * L)
-        im2col_wide(cf, L, _plane(xpad[t], x[n], PH, PW), KH, KW, Wp, L)
-        sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
+        cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
+        yf = yw[t].reshape((Co + 1) * L)
+        xp = _plane(xpad[t], x[n], PH, PW)
+        if direct:
+            plane = xp.shape[1] * Wp
+            direct_rows(yf, L, xp.reshape(Ci * plane), wf, Co, Ci, plane, KH, KW, Wp, L)
+        else:
+            im2col_wide(cf, L, xp, KH, KW, Wp, L)
+            sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
         if PKH > 0:
             _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, L, PKH, PKW)
         else:
@@ -181,12 +188,14 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
 
 @kernel()
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w,
-                         y, argmax, PH, PW, group, need_dx, relu, PKH, PKW):
+                         y, argmax, PH, PW, group, need_dx, relu, PKH, PKW, direct):
     """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts
     (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts); its
     GEMMs cover ``group`` examples side by side.
     With relu, dout is masked where the forward output y was not positive; with a fused
     PKH x PKW max pool (PKH > 0), dout and argmax are the pool's and y is not read.
+    With direct, the weight gradient comes from conv2d_direct.direct_weight_grad, example by
+    example, and cols is not used.
 
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
     db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.
@@ -212,20 +221,26 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
         n0, n1 = part_bounds(N, P, c)
         E = n1 - n0
         gf = gw[t].reshape(Co * PG)
-        cf = cols[t].reshape(ckk * PG)
+        cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
         dwf = dw_parts[c].reshape(Co * ckk)
         dbc = db_parts[c]
         for g0 in range(0, E, group):
             G = min(group, E - g0)
             for e in range(G):
                 n = n0 + g0 + e
-                im2col_wide(cf[e * L:], PG, _plane(pad[t], x[n], PH, PW), KH, KW, Wp, L)
+                xp = _plane(pad[t], x[n], PH, PW)
                 grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, PKH, PKW,
                           gmask[t], gidx[t])
+                if direct:
+                    plane = xp.shape[1] * Wp
+                    direct_weight_grad(dwf, gf[e * L:], PG, xp.reshape(Ci * plane), Co, Ci, plane,
+                                       KH, KW, Wp, L, g0 + e == 0)
+                else:
+                    im2col_wide(cf[e * L:], PG, xp, KH, KW, Wp, L)
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
-            # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
-            sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
-                  np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
+            if not direct:  # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
+                sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
+                      np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
             if need_dx:
                 # dcols (ckk, G*L) = W.T (ckk, Co) @ g (Co, G*L); junk columns come out zero
                 dcf = dcols[t].reshape(ckk * PG)

@@ -1,0 +1,143 @@
+"""Direct (no im2col, no BLAS) stride-1 convolution on wide rows, for layers with few channels,
+where a GEMM of 6-32 rows runs far below the core's speed: the forward rows and the weight
+gradient of one example, two output channels and up to five taps of a kernel row per pass.
+
+Same layout as conv2d_wide.py: the plane x (C, Hp, Wp) read flat, the output rows
+y[co].flat[j], j < L = (OH - 1) * Wp + OW, so that output j of channel co is
+    sum over (c, ky, kx) of w[co, c, ky, kx] * x.flat[c * Hp * Wp + ky * Wp + kx + j].
+A pass keeps 2 channels x up to 5 taps of weights in registers and streams j: 5 taps, then 3,
+then single taps cover any kernel width. An odd last channel is paired with itself and its twin's
+results are dropped (the forward writes them to a scratch row, the P-th).
+"""
+import numpy as np
+
+from ..._config import kernel
+
+
+@kernel(parallel=False)
+def _pair(co, Co):
+    """The second channel of the pass starting at co: co + 1, or co itself for an odd last one."""
+    return co + 1 if co + 1 < Co else co
+
+
+@kernel(parallel=False)
+def direct_rows(yf, P, xf, wf, Co, C, plane, KH, KW, Wp, L):
+    """yf[co * P + j] = output j of channel co (no bias), for co < Co and j < L.
+
+    yf: flat rows of pitch P >= L, Co + 1 of them (row Co: scratch for an odd Co);
+    xf: the flat (padded) input plane, C planes of ``plane`` floats; wf: flat (Co, C, KH, KW).
+    """
+    ckk = C * KH * KW
+    zero = np.float32(0.0)
+    for co in range(0, Co, 2):
+        cb = _pair(co, Co)
+        ya = yf[co * P:co * P + L]
+        rb = cb if cb != co else Co  # the odd channel's twin goes to the scratch row
+        yb = yf[rb * P:rb * P + L]
+        for j in range(L):
+            ya[j] = zero
+            yb[j] = zero
+        for c in range(C):
+            for ky in range(KH):
+                base = c * plane + ky * Wp
+                wa = wf[co * ckk + (c * KH + ky) * KW:]
+                wb = wf[cb * ckk + (c * KH + ky) * KW:]
+                kx = 0
+                while kx + 5 <= KW:
+                    xs = xf[base + kx:base + kx + L + 4]
+                    a0, a1, a2, a3, a4 = wa[kx], wa[kx + 1], wa[kx + 2], wa[kx + 3], wa[kx + 4]
+                    b0, b1, b2, b3, b4 = wb[kx], wb[kx + 1], wb[kx + 2], wb[kx + 3], wb[kx + 4]
+                    for j in range(L):
+                        x0, x1, x2, x3, x4 = xs[j], xs[j + 1], xs[j + 2], xs[j + 3], xs[j + 4]
+                        ya[j] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3 + a4 * x4
+                        yb[j] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4
+                    kx += 5
+                if kx + 3 <= KW:
+                    xs = xf[base + kx:base + kx + L + 2]
+                    a0, a1, a2 = wa[kx], wa[kx + 1], wa[kx + 2]
+                    b0, b1, b2 = wb[kx], wb[kx + 1], wb[kx + 2]
+                    for j in range(L):
+                        x0, x1, x2 = xs[j], xs[j + 1], xs[j + 2]
+                        ya[j] += a0 * x0 + a1 * x1 + a2 * x2
+                        yb[j] += b0 * x0 + b1 * x1 + b2 * x2
+                    kx += 3
+                while kx < KW:
+                    xs = xf[base + kx:base + kx + L]
+                    a0 = wa[kx]
+                    b0 = wb[kx]
+                    for j in range(L):
+                        ya[j] += a0 * xs[j]
+                        yb[j] += b0 * xs[j]
+                    kx += 1
+
+
+@kernel(parallel=False)
+def direct_weight_grad(dwf, gf, P, xf, Co, C, plane, KH, KW, Wp, L, first):
+    """dwf[co, (c, ky, kx)] (+)= sum over j < L of gf[co * P + j] * xf[c * plane + ky * Wp + kx + j]:
+    one example's weight gradient (overwritten when first, else accumulated).
+
+    dwf: flat (Co, C * KH * KW); gf: the output gradient on wide rows of pitch P, zero in the junk
+    columns; xf: the flat (padded) input plane, C planes of ``plane`` floats.
+    """
+    ckk = C * KH * KW
+    for co in range(0, Co, 2):
+        cb = _pair(co, Co)
+        ga = gf[co * P:co * P + L]
+        gb = gf[cb * P:cb * P + L]
+        for c in range(C):
+            for ky in range(KH):
+                base = c * plane + ky * Wp
+                da = dwf[co * ckk + (c * KH + ky) * KW:]
+                db = dwf[cb * ckk + (c * KH + ky) * KW:]
+                kx = 0
+                while kx < KW:
+                    n = 5 if kx + 5 <= KW else 3 if kx + 3 <= KW else 1
+                    s = _tap_sums(ga, gb, xf[base + kx:base + kx + L + n - 1], L, n)
+                    for i in range(n):
+                        if first:
+                            da[kx + i] = s[i]
+                        else:
+                            da[kx + i] += s[i]
+                        if cb != co:
+                            if first:
+                                db[kx + i] = s[5 + i]
+                            else:
+                                db[kx + i] += s[5 + i]
+                    kx += n
+
+
+@kernel(parallel=False)
+def _tap_sums(ga, gb, xs, L, n):
+    """The dot products of ga and gb (L floats) with xs shifted by 0..n-1 (n = 5, 3 or 1):
+    (a0..a4, b0..b4), unused taps zero."""
+    a0 = a1 = a2 = a3 = a4 = np.float32(0.0)
+    b0 = b1 = b2 = b3 = b4 = np.float32(0.0)
+    if n == 5:
+        for j in range(L):
+            p, q = ga[j], gb[j]
+            x0, x1, x2, x3, x4 = xs[j], xs[j + 1], xs[j + 2], xs[j + 3], xs[j + 4]
+            a0 += p * x0
+            a1 += p * x1
+            a2 += p * x2
+            a3 += p * x3
+            a4 += p * x4
+            b0 += q * x0
+            b1 += q * x1
+            b2 += q * x2
+            b3 += q * x3
+            b4 += q * x4
+    elif n == 3:
+        for j in range(L):
+            p, q = ga[j], gb[j]
+            x0, x1, x2 = xs[j], xs[j + 1], xs[j + 2]
+            a0 += p * x0
+            a1 += p * x1
+            a2 += p * x2
+            b0 += q * x0
+            b1 += q * x1
+            b2 += q * x2
+    else:
+        for j in range(L):
+            a0 += ga[j] * xs[j]
+            b0 += gb[j] * xs[j]
+    return (a0, a1, a2, a3, a4, b0, b1, b2, b3, b4)
