@@ -7,7 +7,7 @@ y[co].flat[j], j < L = (OH - 1) * Wp + OW, so that output j of channel co is
     sum over (c, ky, kx) of w[co, c, ky, kx] * x.flat[c * Hp * Wp + ky * Wp + kx + j].
 A pass keeps 2 channels x up to 5 taps of weights in registers and streams j: 5 taps, then 3,
 then single taps cover any kernel width. An odd last channel is paired with itself and its twin's
-results are dropped (the forward writes them to a scratch row, the P-th).
+results are dropped (the forward writes them to a scratch row, row Co).
 """
 import numpy as np
 
@@ -94,15 +94,9 @@ def direct_weight_grad(dwf, gf, P, xf, Co, C, plane, KH, KW, Wp, L, first):
                     n = 5 if kx + 5 <= KW else 3 if kx + 3 <= KW else 1
                     s = _tap_sums(ga, gb, xf[base + kx:base + kx + L + n - 1], L, n)
                     for i in range(n):
-                        if first:
-                            da[kx + i] = s[i]
-                        else:
-                            da[kx + i] += s[i]
-                        if cb != co:
-                            if first:
-                                db[kx + i] = s[5 + i]
-                            else:
-                                db[kx + i] += s[5 + i]
+                        da[kx + i] = s[i] if first else da[kx + i] + s[i]
+                        if cb != co:  # an odd last channel's twin adds nothing
+                            db[kx + i] = s[5 + i] if first else db[kx + i] + s[5 + i]
                     kx += n
 
 
