@@ -88,13 +88,13 @@ def _other_row_plan(layer, plan):
     return layer
 
 
-def _row_cases(cases, stride_at):
-    """(case, "chosen") for every case, plus (case, "swapped") for the stride-1 cases that run on
-    wide rows."""
+def _row_cases(cases):
+    """(case, "chosen") for every case (N, Ci, H, W, Co, K, stride, ...), plus (case, "swapped")
+    for the stride-1 cases that run on wide rows."""
     out = []
     for case in cases:
         out.append((*case, "chosen"))
-        Ci, Co, K, S = case[1], case[4], case[5], case[stride_at]
+        Ci, Co, K, S = case[1], case[4], case[5], case[6]
         if nc.Conv2D(Ci, Co, K, stride=S).strategy in ("wide", "direct"):
             out.append((*case, "swapped"))
     return out
@@ -112,7 +112,7 @@ DIRECT_CASES = [  # the direct kernels' taps (5, 3, 1 per pass) and channel pair
 ]
 
 
-@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,plan", _row_cases(CONV_CASES + DIRECT_CASES, 6))
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,plan", _row_cases(CONV_CASES + DIRECT_CASES))
 def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P, plan):
     layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), plan)
     x = f32(rng.standard_normal((N, Ci, H, W)))
@@ -325,11 +325,11 @@ def test_pools_over_128_elements_are_not_fused():
         assert (net.layers[0].fused_pool is not None) == fused == net.layers[2].fused
 
 
-@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES, 6))
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES))
 @pytest.mark.parametrize("ties", [False, True])
 def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, plan, ties):
     """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window) run as one fused kernel (the
-    pool in the GEMM epilogue); values, argmax routing and every gradient match the float64
+    pool in the conv epilogue); values, argmax routing and every gradient match the float64
     oracle of the three separate layers. ties: integer data, so that many windows tie (and many
     pre-ReLU values are negative: all-zero windows route to their first element)."""
     net = nc.Sequential([nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)],
