@@ -21,7 +21,7 @@ def test_the_shipped_kernels_are_built_from_the_current_sources():
     """Fails after a kernel or _config.py changes until ``python dev/build_prebuilt.py`` is run (else
     every new install compiles for 20-40 s again)."""
     info = prebuilt.status()
-    assert info["shipped"] == list(prebuilt.LEVELS), info
+    assert info["shipped"] == sorted(prebuilt.LEVELS), info
     for level in info["shipped"]:
         assert info[level]["current"], f"{level}: rebuild with python dev/build_prebuilt.py"
         assert info[level]["triple"] == prebuilt.TRIPLE
@@ -43,7 +43,8 @@ for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):
     tr.fit(x, y, 2, x, y)
     out[spec] = [float(v) for v in net.params[::97]] + [tr.history[-1]["test_loss"]]
 misses = {name: sum(getattr(K, name).stats.cache_misses.values()) for name in K.__all__}
-print(json.dumps({"params": out, "compiled": {k: v for k, v in misses.items() if v}}))
+print(json.dumps({"params": out, "compiled": {k: v for k, v in misses.items() if v},
+                  "level": nc.prebuilt._level_and_stamp()[0]}))
 """
 
 
@@ -57,17 +58,31 @@ def _train(tmp_path, name, **env_extra):
     return json.loads(r.stdout.strip().splitlines()[-1]), cache
 
 
+def _levels_this_host_runs():
+    import llvmlite.binding as ll
+
+    host = ll.get_host_cpu_features()
+    return [level for level, needs in prebuilt.LEVELS.items() if all(host.get(f, False) for f in needs)]
+
+
 @needs_level
 def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path):
-    pre, cache = _train(tmp_path, "prebuilt")
-    assert pre["compiled"] == {}  # every kernel of both nets' training and evaluation was shipped
-    assert not list(cache.rglob("*.nbi"))
+    """Every level this host can run (on an AVX-512 host both: the default and the x86-64-v3 cap)."""
     native, cache = _train(tmp_path, "native", NUMBACNN_PREBUILT="0")
     assert native["compiled"] and list(cache.rglob("*.nbi"))  # the same run compiled for this host
-    # The same float32 arithmetic in the same order; only the instruction selection differs (on an
-    # AVX2 host measured bit for bit equal; a wider host's compiler may split reductions otherwise).
-    for spec in pre["params"]:
-        np.testing.assert_allclose(pre["params"][spec], native["params"][spec], rtol=1e-5, atol=1e-7)
+    assert native["level"] is None
+    levels = _levels_this_host_runs()
+    assert levels and levels[0] == prebuilt.status()["level"]
+    for level in levels:
+        pre, cache = _train(tmp_path, level, NUMBACNN_PREBUILT=level)
+        assert pre["level"] == level
+        assert pre["compiled"] == {}, level  # every kernel of both nets' training and evaluation was shipped
+        assert not list(cache.rglob("*.nbi")), level
+        # The same float32 arithmetic in the same order; only the instruction selection differs (on an
+        # AVX2 host measured bit for bit equal; wider vectors may split fast-math reductions otherwise).
+        for spec in pre["params"]:
+            np.testing.assert_allclose(pre["params"][spec], native["params"][spec], rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{level} {spec}")
 
 
 @needs_level
@@ -88,13 +103,37 @@ def test_stale_sources_fall_back_to_compiling(monkeypatch):
     assert stale.load_overload(sig, ctx) is None
 
 
+def test_every_level_holds_the_same_specialisations():
+    """The AVX-512 level is compiled from the list the AVX2 level's workloads recorded: the same
+    kernels, each with as many specialisations (numba numbers a kernel's files .0.nbc, .1.nbc, ...)."""
+    files = {level: sorted(n for n in os.listdir(os.path.join(prebuilt.FOLDER, level)) if n.endswith(".nbc"))
+             for level in prebuilt.LEVELS}
+    v3 = files.pop("x86-64-v3")
+    assert len(v3) > 50
+    for level, names in files.items():
+        assert names == v3, level
+
+
 def test_a_host_without_the_level_s_features_or_another_platform_uses_none(monkeypatch):
     import llvmlite.binding as ll
 
     for var in (*prebuilt._OFF_WHEN_SET, "NUMBACNN_PREBUILT"):
         monkeypatch.delenv(var, raising=False)
     v3 = {f: True for f in prebuilt.LEVELS["x86-64-v3"]}
+    v4 = {f: True for f in prebuilt.LEVELS["x86-64-v4"]}
     monkeypatch.setattr(ll, "get_process_triple", lambda: prebuilt.TRIPLE)
+    monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v4))  # e.g. Zen 4, Sapphire Rapids
+    assert prebuilt._host_level() == "x86-64-v4"
+    monkeypatch.setenv("NUMBACNN_PREBUILT", "x86-64-v3")  # a cap: 256-bit code on an AVX-512 host
+    assert prebuilt._host_level() == "x86-64-v3"
+    monkeypatch.setenv("NUMBACNN_PREBUILT", "x86-64-v5")
+    with pytest.raises(ValueError, match="NUMBACNN_PREBUILT='x86-64-v5': expected 1"):
+        prebuilt._host_level()
+    monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v4, avx512vl=False))
+    monkeypatch.setenv("NUMBACNN_PREBUILT", "x86-64-v4")  # a cap, never a level the host lacks
+    assert prebuilt._host_level() == "x86-64-v3"
+    monkeypatch.delenv("NUMBACNN_PREBUILT")
+    assert prebuilt._host_level() == "x86-64-v3"
     monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v3))
     assert prebuilt._host_level() == "x86-64-v3"
     monkeypatch.setattr(ll, "get_host_cpu_features", lambda: dict(v3, fma=False))  # e.g. an old Xeon
