@@ -46,7 +46,10 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     # the modelled speed-ups, with the 2-thread one beside the measured one
     model = data["modelled_scaling"]["lenet5"]["8"]
     assert set(model["speedup"]) == {"2", "4", "8", "16", "32", "64"}
-    assert 1 <= model["speedup"]["2"] <= 2 and model["speedup"]["64"] >= model["speedup"]["2"]
+    # never beyond linear; at batch 8 more threads may lose (each region's fork-join grows with the
+    # thread count while only 8 examples split: 1.07x at 64 threads against 1.42x at 2 on Zen 4)
+    assert 1 <= model["speedup"]["2"] <= 2
+    assert all(0 < model["speedup"][p] <= int(p) for p in model["speedup"])
     assert model["measured"] == data["thread_scaling"]["lenet5"]["8"]
     assert 0 < model["core_efficiency"] <= 1
     out = capsys.readouterr().out
