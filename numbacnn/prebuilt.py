@@ -37,8 +37,8 @@ LEVELS: dict[str, tuple[str, ...]] = {
 }
 # Code generation options per level beyond its features. LLVM's x86-64-v4 keeps loops at 256-bit
 # vectors (Skylake-X's tuning, for its clock drop under 512-bit code); with 512-bit vectors the
-# kernels trained 1.20x and inferred 1.25x faster than the x86-64-v3 code on an AMD EPYC (Zen 4),
-# and 1.12-1.14x faster than code numba compiled for that CPU itself (docs/performance.md).
+# shipped level ran 1.08x (training) and 1.15x (inference) the x86-64-v3 level against PyTorch on
+# an AMD EPYC (Zen 4), as fast as code numba compiled for that CPU (docs/performance.md).
 CODEGEN: dict[str, tuple[str, ...]] = {"x86-64-v4": ("-prefer-256-bit",)}
 TRIPLE = "x86_64-unknown-linux-gnu"
 # Settings under which the prebuilt code is not what the user asked for: numba's own code options
@@ -331,7 +331,7 @@ def _clear(level: str, stamp: str, py: str) -> dict[str, Any]:
 
     target = os.path.join(FOLDER, level)
     meta = _meta(level)
-    if meta.get("stamp") != stamp or meta.get("codegen", []) != list(CODEGEN.get(level, ())):
+    if not _current(meta, level, stamp):
         shutil.rmtree(target, ignore_errors=True)
         meta = {}
     os.makedirs(target, exist_ok=True)
@@ -339,6 +339,11 @@ def _clear(level: str, stamp: str, py: str) -> dict[str, Any]:
         if _tag(py) in name:
             os.remove(os.path.join(target, name))
     return meta
+
+
+def _current(meta: dict[str, Any], level: str, stamp: str) -> bool:
+    """Whether a level's level.json says it was built from these sources and code options."""
+    return meta.get("stamp") == stamp and meta.get("codegen", []) == list(CODEGEN.get(level, ()))
 
 
 def _python() -> str:
@@ -369,8 +374,7 @@ def status() -> dict[str, Any]:
     info: dict[str, Any] = {"level": level, "shipped": shipped}
     for name in shipped:
         meta = _meta(name)
-        meta["current"] = (meta.get("stamp") == (stamp or source_stamp())
-                           and meta.get("codegen", []) == list(CODEGEN.get(name, ())))
+        meta["current"] = _current(meta, name, stamp or source_stamp())
         info[name] = meta
     info["usable"] = bool(level and info.get(level, {}).get("current")
                           and info[level].get("builds", {}).get(_python()) == _numba_version())
