@@ -239,16 +239,33 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     return res
 
 
+def _thread_cores(threads: int) -> list[int]:
+    """The cores that ``threads`` numba threads run on (one each): the first ``threads`` CPUs this
+    process may use, or [] where the platform cannot pin a thread (then the model's stragglers
+    come from the 1-thread profile alone)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+    return cpus[:threads] if len(cpus) >= threads > 1 else []
+
+
 def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
-                   block: float) -> tuple[list[float], list[float]]:
+                   block: float) -> tuple[list[float], list[float], list[list[tuple[str, list[float]]]]]:
     """Training throughput on ``threads`` threads over 1 thread for one model, timed in interleaved
     blocks (1, N, 1, N, ...) so that machine noise hits both: each round's ratio (report the
-    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x), and each
+    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x), each
     round's per-thread compute efficiency of the machine at N threads, measured right after
-    (``scaling.core_efficiency``: it moves with the load other processes put on the cores)."""
-    from .scaling import core_efficiency
+    (``scaling.core_efficiency``: it moves with the load other processes put on the cores), and,
+    per core the N threads run on, the 1-thread time of every kernel call of the step with the
+    thread pinned to that core (``scaling.call_times``, about half a block per core and round):
+    for the model's stragglers, measured in the same minutes as the speed-up (other tenants slow
+    one core and not the other; an unpinned 1-thread step runs on one core only)."""
+    from .scaling import call_times, core_efficiency
 
     ours = _Ours(net_name, batch)
+    cores = _thread_cores(threads)
+    per_core: list[list[tuple[str, list[float]]]] = [[] for _ in cores]
     ratios, efficiency = [], []
     for _ in range(rounds):
         rates = []
@@ -259,8 +276,20 @@ def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
             rates.append(_time_block(ours.train_step, block))
         ratios.append(rates[1] / rates[0])
         efficiency.append(core_efficiency(threads))
+        if cores:
+            _set_threads(1)
+            allowed = os.sched_getaffinity(0)
+            try:
+                for i, core in enumerate(cores):
+                    os.sched_setaffinity(0, {core})  # this thread, which runs the 1-thread kernels
+                    ours.train_step()
+                    times = call_times(ours.train_step, min(block / 2, 2 * block / len(cores)))
+                    per_core[i] = times if not per_core[i] else [
+                        (name, old + new) for (name, old), (_, new) in zip(per_core[i], times)]
+            finally:
+                os.sched_setaffinity(0, allowed)
     _set_threads(None)
-    return ratios, efficiency
+    return ratios, efficiency, per_core
 
 
 MODEL_THREADS = (2, 4, 8, 16, 32, 64)
@@ -268,11 +297,13 @@ MODEL_THREADS = (2, 4, 8, 16, 32, 64)
 
 def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
                   measured: dict[str, dict[int, float]], efficiency: dict[str, dict[int, float]],
-                  top: int) -> dict[str, Any]:
+                  top: int, per_core: dict[str, dict[int, list]] | None = None) -> dict[str, Any]:
     """Print the modelled training speed-up at 2-64 threads (numbacnn/scaling.py) beside the
     speed-up measured at ``top`` threads (modelled there with the machine's per-thread efficiency
-    measured beside it and its stragglers: each call's 1-thread time spread, scaling.straggle),
-    and where one step's time goes; returns it all for the JSON."""
+    measured beside it and its stragglers: each call's 1-thread times on each core, measured in
+    the speed-up's rounds (``per_core``, from ``thread_scaling``; scaling.straggle_cores), or
+    without them its time spread in the profile, scaling.straggle), and where one step's time
+    goes; returns it all for the JSON."""
     from . import scaling
 
     print(f"MODELLED training speed-up over 1 thread (not measured: a model fed by 1-thread "
@@ -289,6 +320,8 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
         for b in batches:
             prof = scaling.profile_step(net, b)
             pred = {t: scaling.speedup(prof, t, bandwidth) for t in MODEL_THREADS}
+            cores = (per_core or {}).get(net, {}).get(b) or []
+            per_core_waits = scaling.with_core_spreads(prof, cores)
             meas = measured.get(net, {}).get(b)
             eff = efficiency.get(net, {}).get(b, 1.0)
             at_top = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
@@ -302,6 +335,11 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
                 "speedup": pred, "measured_threads": top, "measured": meas,
                 "modelled_at_measured_threads": at_top, "core_efficiency": eff,
                 "straggler_wait": wait,
+                "straggler_source": (f"1-thread call times on each of {len(cores)} cores, in the "
+                                     "speed-up's rounds" if per_core_waits
+                                     else "1-thread call times in the profile"),
+                "kernel_seconds_per_step_by_core": ([sum(statistics.fmean(t) for _, t in c)
+                                                     for c in cores] if per_core_waits else None),
                 "modelled_at_measured_threads_no_stragglers": scaling.speedup(prof, top, bandwidth,
                                                                               eff),
                 "serial_s": prof.serial, "step_s": prof.step,
@@ -469,14 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     scaling_rounds: dict[str, dict[int, list[float]]] = {}
     efficiency: dict[str, dict[int, float]] = {}
     efficiency_rounds: dict[str, dict[int, list[float]]] = {}
+    per_core: dict[str, dict[int, list]] = {}
     top = max(threads)
     if args.device == "cpu" and 1 in threads and top > 1:
         print(f"training speed-up, {top} threads over 1 (same model, interleaved blocks; median "
               f"[lower, upper quartile] of {args.scaling_rounds} rounds):")
         for net in nets:
             runs = {b: thread_scaling(net, b, top, args.scaling_rounds, args.block) for b in batches}
-            scaling_rounds[net] = {b: r for b, (r, _) in runs.items()}
-            efficiency_rounds[net] = {b: e for b, (_, e) in runs.items()}
+            scaling_rounds[net] = {b: r for b, (r, _, _) in runs.items()}
+            efficiency_rounds[net] = {b: e for b, (_, e, _) in runs.items()}
+            per_core[net] = {b: c for b, (_, _, c) in runs.items()}
             scaling[net] = {b: statistics.median(v) for b, v in scaling_rounds[net].items()}
             efficiency[net] = {b: statistics.median(v) for b, v in efficiency_rounds[net].items()}
             print(f"  {net}: " + ", ".join(
@@ -486,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
                   "rounds): " + ", ".join(f"{efficiency[net][b]:.2f}" for b in batches))
     modelled = {}
     if not args.no_model and args.device == "cpu":
-        modelled = scaling_model(nets, batches, args.bandwidth * 1e9, scaling, efficiency, top)
+        modelled = scaling_model(nets, batches, args.bandwidth * 1e9, scaling, efficiency, top,
+                                 per_core)
     startup = {}
     if not args.no_startup and args.device == "cpu":
         for net in nets:

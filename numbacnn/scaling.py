@@ -18,8 +18,11 @@ machine's one core, with no turbo or SMT effects.
 M_k(q), for a shared machine only (``stragglers=True``): a parallel region ends when its slowest
 thread does, so on cores that other tenants slow down at random a region of q = min(p, iterations)
 busy threads lasts the expected slowest of q independent draws of the call's own time spread,
-measured at one thread over every profiled step (times relative to their mean; ``straggle``). On
-dedicated cores M = 1. The model is checked where it can be: against the measured 1 -> 2 thread
+measured at one thread over every profiled step (times relative to their mean; ``straggle``), or,
+where the call's 1-thread times were measured on each of the q cores the threads run on
+(``with_core_spreads``), the expected slowest of one draw per core (``straggle_cores``): other
+tenants slow one core and not the other, and a 1-thread measurement sees only the core it runs on.
+On dedicated cores M = 1. The model is checked where it can be: against the measured 1 -> 2 thread
 speed-up (``python -m numbacnn.bench``), with this machine's per-thread efficiency and stragglers.
 """
 from __future__ import annotations
@@ -132,6 +135,8 @@ class Call:
     work: np.ndarray  # work of each prange iteration (relative units)
     nbytes: int  # bytes of the call's arrays (per-thread scratch excluded)
     spread: np.ndarray | None = None  # the call's 1-thread times over the profiled steps / their mean
+    # its 1-thread times on each core that the threads run on, relative to their pooled mean
+    core_spreads: list[np.ndarray] | None = None
 
     @property
     def iterations(self) -> int:
@@ -177,10 +182,34 @@ def straggle(spread: np.ndarray | None, q: int) -> float:
     return float(np.sum(x * (i**q - (i - 1 / len(x))**q)))
 
 
+def straggle_cores(spreads: list[np.ndarray] | None, q: int) -> float:
+    """The expected slowest of q threads that run on q different cores, each core's time drawn
+    independently from the times measured on that core (relative to the pooled mean of all cores'
+    times), exactly: the largest of the draws has the product of the cores' empirical
+    distribution functions as its own. For q other than the number of measured cores, the
+    expected slowest of q draws from the pooled times (``straggle``). 1 for one thread."""
+    if not spreads or q <= 1:
+        return 1.0
+    pooled = np.concatenate([np.asarray(s, dtype=float) for s in spreads])
+    if q != len(spreads):
+        return straggle(pooled, q)
+    mean = pooled.mean()
+    values = np.sort(pooled) / mean
+    cdf = np.ones(len(values))
+    for s in spreads:
+        cdf *= np.searchsorted(np.sort(np.asarray(s, dtype=float)) / mean, values,
+                               side="right") / len(s)
+    return float(np.sum(values * np.diff(cdf, prepend=0.0)))
+
+
 def wait(call: Call, p: int) -> float:
     """M_k: how much longer call k's parallel compute takes at p threads on a shared machine, its
-    busy threads (q = min(p, iterations)) waiting for the slowest (``straggle``)."""
-    return straggle(call.spread, min(p, call.iterations))
+    busy threads (q = min(p, iterations)) waiting for the slowest (``straggle_cores`` where the
+    call was timed on each core, else ``straggle``)."""
+    q = min(p, call.iterations)
+    if call.core_spreads:
+        return straggle_cores(call.core_spreads, q)
+    return straggle(call.spread, q)
 
 
 def mean_wait(profile: StepProfile, p: int) -> float:
@@ -426,6 +455,34 @@ def profile_step(net_name: str, batch: int, steps: int = 10, rounds: int = 5) ->
         return StepProfile(net_name, batch, step, calls, serial, fork_join)
     finally:
         _config.set_num_threads(saved)
+
+
+def call_times(step: Callable[[], None], seconds: float) -> list[tuple[str, list[float]]]:
+    """Run ``step`` (one training step) repeatedly for about ``seconds``, timing each parallel
+    kernel call: (kernel name, its time in every step) for each call of a step, in order."""
+    log: list[tuple[str, float, tuple]] = []
+    steps = 0
+    with _recording(log):
+        t0 = time.perf_counter()
+        while steps == 0 or time.perf_counter() - t0 < seconds:
+            step()
+            steps += 1
+    n = len(log) // steps
+    return [(log[i][0], [log[s * n + i][1] for s in range(steps)]) for i in range(n)]
+
+
+def with_core_spreads(profile: StepProfile, per_core: list[list[tuple[str, list[float]]]]) -> bool:
+    """Give each call of ``profile`` its 1-thread times measured on each core (``call_times`` run
+    with the thread pinned to one core, one list per core), for ``straggle_cores``. False, and the
+    profile unchanged, unless every core's list has the profile's calls in its order."""
+    names = [c.name for c in profile.calls]
+    if len(per_core) < 2 or any([name for name, _ in core] != names for core in per_core):
+        return False
+    for i, call in enumerate(profile.calls):
+        times = [np.asarray(core[i][1], dtype=float) for core in per_core]
+        mean = float(np.concatenate(times).mean())
+        call.core_spreads = [t / mean for t in times]
+    return True
 
 
 def merge_calls(profile: StepProfile) -> list[tuple[str, int, float, int]]:

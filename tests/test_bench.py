@@ -52,5 +52,10 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     assert all(0 < model["speedup"][p] <= int(p) for p in model["speedup"])
     assert model["measured"] == data["thread_scaling"]["lenet5"]["8"]
     assert 0 < model["core_efficiency"] <= 1
+    if len(bench._thread_cores(2)) == 2:  # the stragglers from each core's 1-thread call times
+        assert model["straggler_source"].startswith("1-thread call times on each of 2 cores")
+        assert len(model["kernel_seconds_per_step_by_core"]) == 2
+        assert all(t > 0 for t in model["kernel_seconds_per_step_by_core"])
+    assert model["straggler_wait"] >= 1
     out = capsys.readouterr().out
     assert "lenet5" in out and "MODELLED" in out

@@ -126,6 +126,43 @@ def test_straggler_factor_is_the_expected_slowest_of_q_draws():
     assert scaling.straggle(x, 10_000) == pytest.approx(x.max() / x.mean())
 
 
+def test_straggler_factor_over_cores_is_the_expected_slowest_of_one_draw_per_core():
+    """straggle_cores: one thread per core, each core's time drawn from its own measured times
+    (relative to the pooled mean); against a hand value, a Monte Carlo estimate (tolerance 4
+    standard errors) and the pooled ``straggle`` where the thread and core counts differ."""
+    fast, slow = np.array([1.0, 1.0]), np.array([1.0, 3.0])  # pooled mean 1.5
+    # the max is 3/1.5 when the slow core draws 3 (probability 1/2), else 1/1.5
+    assert scaling.straggle_cores([fast, slow], 2) == pytest.approx(0.5 * 2 + 0.5 * (2 / 3))
+    # a core that is always slower: the region always waits for it (pooled draws would not)
+    a, b = np.array([1.0, 1.1]), np.array([2.0, 2.2])
+    assert scaling.straggle_cores([a, b], 2) == pytest.approx(2.1 / 1.575)
+    assert scaling.straggle_cores([a, b], 2) > scaling.straggle(np.concatenate([a, b]), 2)
+    assert scaling.straggle_cores([a, b], 1) == 1.0 and scaling.straggle_cores(None, 2) == 1.0
+    assert scaling.straggle_cores([a, b], 4) == scaling.straggle(np.concatenate([a, b]), 4)
+    rng = np.random.default_rng(5)
+    cores = [rng.gamma(4.0, size=30), 1.3 * rng.gamma(6.0, size=50), rng.gamma(2.0, size=20)]
+    mean = np.concatenate(cores).mean()
+    draws = np.max([rng.choice(c / mean, size=200_000) for c in cores], axis=0)
+    assert scaling.straggle_cores(cores, 3) == pytest.approx(draws.mean(), abs=4 * draws.std() / 447)
+
+
+def test_per_core_times_replace_the_profile_spread_only_for_the_same_calls():
+    spread = np.array([0.5, 1.5])
+    c1 = scaling.Call("a", 4e-3, 0.0, np.ones(4), 0, spread)
+    c2 = scaling.Call("b", 1e-3, 0.0, np.ones(1), 0, spread)
+    prof = scaling.StepProfile("x", 1, 5e-3, [c1, c2], serial=0.0, fork_join=(0.0, 0.0))
+    assert not scaling.with_core_spreads(prof, [[("a", [1.0]), ("b", [1.0])]])  # one core
+    assert not scaling.with_core_spreads(prof, [[("a", [1.0]), ("b", [1.0])], [("b", [1.0])]])
+    assert c1.core_spreads is None and scaling.wait(c1, 2) == pytest.approx(1.25)
+    core0 = [("a", [1.0, 1.0]), ("b", [2.0])]
+    core1 = [("a", [1.0, 3.0]), ("b", [2.0])]
+    assert scaling.with_core_spreads(prof, [core0, core1])
+    assert scaling.wait(c1, 2) == pytest.approx(0.5 * 2 + 0.5 * (2 / 3))
+    assert scaling.wait(c2, 2) == 1.0  # one iteration: one thread
+    assert scaling.predict(prof, 2, stragglers=True) == pytest.approx(
+        2e-3 * scaling.wait(c1, 2) + 1e-3)
+
+
 def test_predicted_step_time_with_stragglers_against_a_hand_computation():
     """Each call's compute term waits for the slowest of min(p, iterations) threads; dispatch,
     fork-join and the serial part do not; at one thread nothing changes."""
@@ -174,3 +211,16 @@ def test_profile_step_adds_up():
     # every call's spread: its 4 step times relative to their mean
     assert all(len(c.spread) == 4 and c.spread.mean() == pytest.approx(1.0) for c in prof.calls)
     assert scaling.speedup(prof, 2, stragglers=True) <= scaling.speedup(prof, 2)
+
+
+def test_call_times_time_every_call_of_a_step():
+    from numbacnn.bench import _Ours
+
+    ours = _Ours("lenet5", 8)
+    ours.train_step()
+    times = scaling.call_times(ours.train_step, 0.0)  # at least one step
+    prof = scaling.profile_step("lenet5", 8, steps=2, rounds=1)
+    assert [n for n, _ in times] == [c.name for c in prof.calls]
+    assert all(len(t) >= 1 and min(t) > 0 for _, t in times)
+    assert scaling.with_core_spreads(prof, [times, times])
+    assert all(len(c.core_spreads) == 2 for c in prof.calls)
