@@ -310,7 +310,7 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
           f"measurements of each kernel, numbacnn/scaling.py; memory ceiling {bandwidth / 1e9:.0f} "
           f"GB/s; 2-64 threads on dedicated cores; 'model' at the measured count adds this "
           f"machine's per-thread efficiency 'eff.' and its stragglers, 'wait' the mean slowest-"
-          f"thread factor)")
+          f"thread factor from each core's 1-thread kernel times in the speed-up's rounds)")
     print(f"{'net':9} {'batch':>5} | " + " ".join(f"{t:>5}" for t in MODEL_THREADS)
           + f" | {'at ' + str(top) + ': meas.':>11} {'model':>5} {'error':>6} {'eff.':>4} "
           f"{'wait':>4} | "
@@ -320,10 +320,11 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
         for b in batches:
             prof = scaling.profile_step(net, b)
             pred = {t: scaling.speedup(prof, t, bandwidth) for t in MODEL_THREADS}
+            eff = efficiency.get(net, {}).get(b, 1.0)
+            profile_only = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
             cores = (per_core or {}).get(net, {}).get(b) or []
             per_core_waits = scaling.with_core_spreads(prof, cores)
             meas = measured.get(net, {}).get(b)
-            eff = efficiency.get(net, {}).get(b, 1.0)
             at_top = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
             wait = scaling.mean_wait(prof, top)
             err = f"{100 * (at_top - meas) / meas:+5.1f}%" if meas else "     -"
@@ -338,6 +339,7 @@ def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
                 "straggler_source": (f"1-thread call times on each of {len(cores)} cores, in the "
                                      "speed-up's rounds" if per_core_waits
                                      else "1-thread call times in the profile"),
+                "modelled_at_measured_threads_profile_stragglers": profile_only,
                 "kernel_seconds_per_step_by_core": ([sum(statistics.fmean(t) for _, t in c)
                                                      for c in cores] if per_core_waits else None),
                 "modelled_at_measured_threads_no_stragglers": scaling.speedup(prof, top, bandwidth,
