@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default=None, help="comma list (default 1..all cores)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timed blocks per side")
     p.add_argument("--block", type=float, default=0.3, help="seconds per timed block")
-    p.add_argument("--scaling-rounds", type=int, default=11,
+    p.add_argument("--scaling-rounds", type=int, default=21,
                    help="interleaved 1-thread/N-thread rounds for the speed-up (median reported)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
     p.add_argument("--no-onnx", action="store_true", help="skip onnxruntime even if importable")
