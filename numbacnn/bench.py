@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -428,14 +430,39 @@ def startup_and_memory(net: str, batch: int, threads: int, use_torch: bool) -> d
     return res
 
 
+def _counts(text: str) -> list[int]:
+    """argparse type: a comma list of positive integers."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
+    return values
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m numbacnn.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--nets", default="lenet5,mnistcnn")
-    p.add_argument("--batches", default="32,64,128,256")
-    p.add_argument("--threads", default=None, help="comma list (default 1..all cores)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved timed blocks per side")
-    p.add_argument("--block", type=float, default=0.3, help="seconds per timed block")
-    p.add_argument("--scaling-rounds", type=int, default=21,
+    p.add_argument("--nets", default="lenet5,mnistcnn", help="comma list of presets or specs")
+    p.add_argument("--batches", type=_counts, default="32,64,128,256")
+    p.add_argument("--threads", type=_counts, default=None,
+                   help="comma list (default 1..all cores; at most NUMBA_NUM_THREADS)")
+    p.add_argument("--rounds", type=_positive(int), default=5,
+                   help="interleaved timed blocks per side")
+    p.add_argument("--block", type=_positive(float), default=0.3, help="seconds per timed block")
+    p.add_argument("--scaling-rounds", type=_positive(int), default=21,
                    help="interleaved 1-thread/N-thread rounds for the speed-up (median reported)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
     p.add_argument("--no-onnx", action="store_true", help="skip onnxruntime even if importable")
@@ -454,10 +481,18 @@ def main(argv: list[str] | None = None) -> int:
     from .device import check_device
 
     check_device(args.device)
+    from .arch import ArchitectureError, build_network
+    for net in args.nets.split(","):
+        try:
+            build_network(net, SHAPE, N_CLASSES, seed=0)
+        except (ArchitectureError, ValueError) as e:
+            p.error(f"--nets {net!r}: {e}")
 
     max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    threads = [int(t) for t in args.threads.split(",")] if args.threads else \
-        list(range(1, max_threads + 1))
+    threads = args.threads or list(range(1, max_threads + 1))
+    if max(threads) > max_threads:  # numba would run fewer threads than the table says
+        p.error(f"--threads {max(threads)}: numba runs at most {max_threads} threads here; set "
+                f"NUMBA_NUM_THREADS={max(threads)} to run more threads than cores")
     use_torch = False
     if not args.no_torch:
         try:
@@ -474,12 +509,11 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("onnxruntime not importable (pip install numbacnn[onnx]): no ONNX inference peer")
     nets = args.nets.split(",")
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
     peaks = {t: matmul_peak(t) for t in threads}
     print("float32 matmul peak (numpy, 2048^3): " +
           ", ".join(f"{t} thr {g:.0f} GFLOP/s" for t, g in peaks.items()))
     for net in nets:
-        from .arch import build_network
         fwd, train = flops_per_image(build_network(net, SHAPE, N_CLASSES, seed=0))
         print(f"{net}: {fwd / 1e6:.2f} MFLOP/image forward, {train / 1e6:.2f} MFLOP/image training")
     results = []

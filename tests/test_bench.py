@@ -1,6 +1,8 @@
 """The benchmark tool: FLOP counts against a hand count, and a tiny end-to-end run to JSON."""
 import json
 
+import pytest
+
 import numbacnn as nc
 from numbacnn import bench
 
@@ -59,3 +61,20 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     assert model["straggler_wait"] >= 1
     out = capsys.readouterr().out
     assert "lenet5" in out and "MODELLED" in out
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--threads", "a"], "--threads"), (["--threads", "0"], "--threads"),
+    (["--threads", "1,999"], "NUMBA_NUM_THREADS"), (["--batches", "x"], "--batches"),
+    (["--batches", "8,-1"], "--batches"), (["--rounds", "0"], "--rounds"),
+    (["--block", "inf"], "--block"), (["--scaling-rounds", "x"], "--scaling-rounds"),
+    (["--nets", "lenet5,foo"], "'foo'"),
+])
+def test_bad_arguments_get_one_line_errors(args, names, capsys):
+    """Before: a traceback for a non-integer list, and threads above numba's limit silently ran at
+    the limit while the table (and PyTorch) said otherwise."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(args + ["--no-torch", "--no-onnx", "--no-startup"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert names in err[-1] and "Traceback" not in "".join(err)
