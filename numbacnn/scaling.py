@@ -135,7 +135,8 @@ class Call:
     work: np.ndarray  # work of each prange iteration (relative units)
     nbytes: int  # bytes of the call's arrays (per-thread scratch excluded)
     spread: np.ndarray | None = None  # the call's 1-thread times over the profiled steps / their mean
-    # its 1-thread times on each core that the threads run on, relative to their pooled mean
+    # its 1-thread times on each core that the threads run on (straggle_cores relates them to their
+    # pooled mean)
     core_spreads: list[np.ndarray] | None = None
 
     @property
@@ -479,9 +480,7 @@ def with_core_spreads(profile: StepProfile, per_core: list[list[tuple[str, list[
     if len(per_core) < 2 or any([name for name, _ in core] != names for core in per_core):
         return False
     for i, call in enumerate(profile.calls):
-        times = [np.asarray(core[i][1], dtype=float) for core in per_core]
-        mean = float(np.concatenate(times).mean())
-        call.core_spreads = [t / mean for t in times]
+        call.core_spreads = [np.asarray(core[i][1], dtype=float) for core in per_core]
     return True
 
 
