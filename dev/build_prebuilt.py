@@ -1,12 +1,157 @@
 """Rebuild the kernels shipped with the package (numbacnn/prebuilt.py) after a kernel changes:
-``python dev/build_prebuilt.py`` (about a minute per level on 2 cores), ``--status`` to check them."""
-import json
-import sys
+``python dev/build_prebuilt.py`` (about a minute per level on 2 cores), ``--status`` to check them,
+or name the levels to build (``python dev/build_prebuilt.py x86-64-v4``).
 
-from numbacnn import prebuilt
+The lowest level runs every kernel specialisation that the presets, the optimizers, evaluation and
+the estimator use and records them; the other levels compile that list without running it, so any
+host with AVX2 builds every level. Each level compiles in a child process of its own (numba's CPU
+target is fixed when numba starts), with numba's code options set to the level's features.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # this checkout's package, not another one on the path
+
+from numbacnn import prebuilt  # noqa: E402
+
+
+def workloads() -> None:
+    """Run every kernel specialisation a user's training, evaluation or estimator fit reaches: the
+    presets with each optimizer, both step paths, every layer kind and conv plan."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    import numbacnn as nc
+
+    rng = np.random.default_rng(0)
+    nets = [(spec, shape) for spec, shape in (
+        ("compact", (1, 8, 8)), ("small", (1, 28, 28)), ("mnistcnn", (1, 28, 28)), ("lenet5", (1, 28, 28)),
+        ("mlp", (1, 8, 8)), ("conv(8,3,stride=2),tanh,avgpool(2),conv(12,5,stride=2,padding=2),relu,"
+                             "maxpool(3,stride=2,padding=1),dense(10),tanh,dropout(0.3)", (3, 20, 20)),
+        ("conv(6,3),relu,maxpool(3,stride=1),conv(8,3,stride=2),relu,maxpool(2,stride=1),dense(6)",
+         (2, 12, 12)))]
+    optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
+                  lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
+                  lambda n: nc.SGD(n, lr=0.01), lambda n: nc.RMSProp(n, lr=1e-3),
+                  lambda n: nc.RMSProp(n, lr=1e-3, momentum=0.9, centered=True)]
+    for spec, shape in nets:
+        x = rng.random((20, *shape), dtype=np.float32)
+        y = np.arange(20) % 10
+        for i, make_opt in enumerate(optimizers):
+            net = nc.build_network(spec, shape, 10, seed=0)
+            trainer = nc.Trainer(net, make_opt(net), batch_size=8, seed=0, progress=False,
+                                 step_programs=i % 2 == 0)
+            trainer.fit(x, y, 1, x, y)
+        nc.evaluate(net, x, y)
+        net.forward(x, training=False)
+        net.predict_proba(x)
+        logits = net.forward(x, training=True)
+        _, d = nc.softmax_cross_entropy(logits, y)
+        net.backward(d)  # the input gradient too (the report's saliency)
+    X, y = load_digits(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = nc.CNNClassifier(max_epochs=1, random_state=0).fit(X[:200], y[:200],
+                                                                  sample_weight=np.ones(200))
+        clf.fit(X[:200], y[:200])
+        clf.predict_proba(X[:50])
+        clf.transform(X[:50])
+
+
+def record(path: str) -> None:
+    """Write every kernel specialisation this process holds (module, name, argument types) to path."""
+    jobs = [(d.py_func.__module__, d.py_func.__qualname__, tuple(sig)) for d in prebuilt._ATTACHED
+            for sig in list(d.overloads)]
+    with open(path, "wb") as f:
+        pickle.dump(jobs, f)
+
+
+def compile_recorded(path: str) -> None:
+    """Compile the specialisations that ``record`` wrote, without running them (a level the
+    building host may not be able to run)."""
+    with open(path, "rb") as f:
+        jobs = pickle.load(f)
+    for module, name, sig in jobs:
+        getattr(importlib.import_module(module), name).compile(sig)
+
+
+def _tag(py: str) -> str:
+    return ".py" + py.replace(".", "")  # numba's cache files name the Python: ".py311."
+
+
+def _clear(level: str, stamp: str, py: str) -> dict[str, Any]:
+    """Empty a level's folder of this Python's files (of every file when the sources changed);
+    returns the level.json that stays valid."""
+    target = os.path.join(prebuilt.FOLDER, level)
+    meta = prebuilt._meta(level)
+    if not prebuilt._current(meta, level, stamp):
+        shutil.rmtree(target, ignore_errors=True)
+        meta = {}
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(target):
+        if _tag(py) in name:
+            os.remove(os.path.join(target, name))
+    return meta
+
+
+def build(levels: list[str] | None = None) -> None:
+    """Compile the tier for this Python and numba, for each level. Other Pythons' files stay while
+    the sources match."""
+    levels_known = prebuilt.LEVELS
+    stamp, py = prebuilt.source_stamp(), prebuilt._python()
+    wanted = levels or list(levels_known)
+    unknown = [level for level in wanted if level not in levels_known]
+    if unknown:
+        raise SystemExit(f"unknown level(s) {unknown}: choose from {list(levels_known)}")
+    base = list(levels_known)[-1]
+    rec = os.path.join(tempfile.mkdtemp(), "specialisations.pkl")
+    for level in [base, *(name for name in levels_known if name != base)]:
+        if level != base and level not in wanted:
+            continue
+        env = dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp())
+        env.pop("NUMBACNN_NO_CACHE", None)
+        meta: dict[str, Any] = {}
+        if level in wanted:
+            meta = _clear(level, stamp, py)
+            env.update(NUMBA_CPU_NAME=level, NUMBA_CPU_FEATURES=",".join(
+                [*("+" + f for f in levels_known[level]), *prebuilt.CODEGEN.get(level, ())]),
+                **{prebuilt._BUILD_ENV: level})
+        else:  # only to record the list: compiled for this host, into a throwaway cache
+            env.update(NUMBACNN_PREBUILT="0")
+            env.pop(prebuilt._BUILD_ENV, None)
+        mode = "--child-record" if level == base else "--child-compile"
+        subprocess.run([sys.executable, os.path.abspath(__file__), mode, rec], env=env, check=True, cwd=ROOT)
+        if level not in wanted:
+            continue
+        target = os.path.join(prebuilt.FOLDER, level)
+        builds = dict(meta.get("builds", {}), **{py: prebuilt._numba_version()})
+        with open(os.path.join(target, "level.json"), "w") as f:
+            json.dump({"level": level, "stamp": stamp, "triple": prebuilt.TRIPLE, "builds": builds,
+                       "codegen": list(prebuilt.CODEGEN.get(level, ()))}, f, indent=1)
+        files = [n for n in os.listdir(target) if n.endswith(".nbc") and _tag(py) in n]
+        size = sum(os.path.getsize(os.path.join(target, n)) for n in files)
+        print(f"{level}, Python {py}: {len(files)} specialisations, {size / 1e6:.1f} MB in {target}")
+
 
 if __name__ == "__main__":
-    if "--status" in sys.argv[1:]:
+    args = sys.argv[1:]
+    if args[:1] == ["--child-record"]:
+        workloads()
+        record(args[1])
+    elif args[:1] == ["--child-compile"]:
+        compile_recorded(args[1])
+    elif "--status" in args:
         print(json.dumps(prebuilt.status(), indent=1))
     else:
-        prebuilt.build([a for a in sys.argv[1:] if not a.startswith("-")] or None)
+        build([a for a in args if not a.startswith("-")] or None)

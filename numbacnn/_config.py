@@ -2,11 +2,7 @@
 from __future__ import annotations
 
 import os
-import sys
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
 
 import numba
 
@@ -40,27 +36,22 @@ _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 KERNEL_OPT = 2
 
 
-# While a warm-up child shares the compilation (backend/warmup.py): compile_hook(dispatcher, sig),
-# a context manager around every kernel or helper specialisation compiled from here on.
-compile_hook: Callable[[Any, tuple], AbstractContextManager] | None = None
-
-
-def _compile_at_kernel_opt(dispatcher, compile_sig):
+def _compile_at_kernel_opt(compile_sig):
     """Wrap a dispatcher's ``compile(sig)`` so that it runs with numba.config.OPT = KERNEL_OPT
-    (callees compiled on the way, such as the kernels' helpers and parfor bodies, included), inside
-    ``compile_hook`` when one is set."""
+    (callees compiled on the way, such as the kernels' helpers and parfor bodies, included).
+
+    This is the one place where numbacnn reaches into numba: numba has no per-function
+    optimisation level. Level 2 compiles a whole training step in about two thirds of the time of
+    level 3 (18 s instead of 28 s for mnistcnn) at the same training speed (docs/performance.md); the prebuilt
+    kernels are compiled at this level too."""
     from numba.core.compiler_lock import global_compiler_lock
 
     def compile(sig):
         with global_compiler_lock:  # reentrant; keeps other threads' compilations at their level
-            hook = compile_hook
-            shared = (hook(dispatcher, tuple(sig)) if hook is not None
-                      and tuple(sig) not in dispatcher.overloads else nullcontext())
             saved = numba.config.OPT
             numba.config.OPT = type(saved)(KERNEL_OPT)
             try:
-                with shared:
-                    return compile_sig(sig)
+                return compile_sig(sig)
             finally:
                 numba.config.OPT = saved
     return compile
@@ -90,49 +81,10 @@ def kernel(parallel: bool = True, fastmath: bool = True):
             _CACHE = False  # once: the other kernels compile in memory without asking again
             dispatcher = numba.njit(cache=False, **flags)(func)
         if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
-            dispatcher.compile = _compile_at_kernel_opt(dispatcher, dispatcher.compile)
+            dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
             prebuilt.attach(dispatcher)  # the shipped kernels first, then numba's own cache
         return dispatcher
     return decorate
-
-
-@contextmanager
-def kernels_replaced(replace: Callable[[Any, Any, Any, str], Callable | None]) -> Iterator[None]:
-    """Within the block, every kernel that a numbacnn module other than the kernels' own holds as
-    a global (so every kernel call from Python) is replaced by ``replace(dispatcher, current,
-    module, name)`` unless that returns None: ``dispatcher`` is the numba dispatcher, ``current``
-    what the name holds now (the dispatcher, or an enclosing block's replacement, which the new
-    one should call through). Compiled code is not affected. It swaps module globals: calls from
-    other threads meanwhile reach the replacement too (it must pass them through), and blocks in
-    two threads must never overlap (step programs record under a lock; profiles and the warm-up
-    child run alone)."""
-    from numba.core.registry import CPUDispatcher
-
-    def kernel_of(value: Any) -> Any:
-        if isinstance(value, CPUDispatcher):
-            return value
-        inner = getattr(value, "__wrapped__", None)  # an enclosing block's replacement
-        return inner if isinstance(inner, CPUDispatcher) else None
-
-    patched = []
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("numbacnn") or mod is None:
-            continue
-        names = list(vars(mod).items())
-        if any(isinstance(v, CPUDispatcher) and v.py_func.__module__ == name for _, v in names):
-            continue  # a module of kernels: compiled code reads its globals (its helpers) by name
-        for attr, value in names:
-            dispatcher = kernel_of(value)
-            new = replace(dispatcher, value, mod, attr) if dispatcher is not None else None
-            if new is not None:
-                new.__wrapped__ = dispatcher  # type: ignore[attr-defined]
-                patched.append((mod, attr, value))
-                setattr(mod, attr, new)
-    try:
-        yield
-    finally:
-        for mod, attr, value in reversed(patched):
-            setattr(mod, attr, value)
 
 
 _blas_done = False

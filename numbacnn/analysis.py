@@ -27,15 +27,6 @@ def as_net(model: Any, x: np.ndarray, y: np.ndarray | None = None
     return model.net_, model._images(X, model.input_shape_), labels
 
 
-def _eval_forward(net: Sequential, x: np.ndarray) -> np.ndarray:
-    """Forward in inference mode through every layer in one batch, keeping each layer's caches
-    (argmax, inputs) for ``routing`` and ``saliency``."""
-    h: Any = net.backend.asarray(net._check_x(x))
-    for layer in net.layers:
-        h = layer.forward(h, training=False)
-    return net.backend.to_host(h).copy()
-
-
 @dataclass
 class PoolRouting:
     """How one max-pooling stage routes gradient, for a batch of examples.
@@ -73,34 +64,20 @@ class PoolRouting:
 
 def routing(model: Any, x: np.ndarray) -> list[PoolRouting]:
     """The routing of every max-pooling stage (fused ones included) for the batch x, from one
-    inference-mode forward pass through the layers."""
+    inference-mode forward pass in which every layer runs on its own (``Sequential.unfused``:
+    the values the fused kernels compute, with each pool's input and argmax there to read)."""
     net, images, _ = as_net(model, x)
-    h: Any = net.backend.asarray(net._check_x(images))
+    fused = {i for i, layer in enumerate(net.layers) if isinstance(layer, MaxPool2D) and layer.fused}
     out = []
-    for i, layer in enumerate(net.layers):
-        pool_input = h
-        h = layer.forward(h, training=False)
-        if not isinstance(layer, MaxPool2D):
-            continue
-        if layer.fused:  # the preceding Conv2D pooled in its epilogue
-            conv = net.layers[i - 2]
-            assert isinstance(conv, Conv2D)
-            arg = conv.plan.plane_argmax(conv._buffers, conv.fused_pool)  # type: ignore[attr-defined]
-            maps = _conv_relu_output(conv)
-        else:
-            arg = net.backend.to_host(layer._buffers["argmax"]).astype(np.int64)
-            maps = np.array(net.backend.to_host(pool_input))
-        out.append(PoolRouting(i, layer.name, layer.fused, maps.shape[1:], arg, maps))  # type: ignore[arg-type]
+
+    def visit(i: int, layer: Any, h_in: Any, h_out: Any) -> None:
+        if isinstance(layer, MaxPool2D):
+            maps = np.array(net.backend.to_host(h_in))
+            out.append(PoolRouting(i, layer.name, i in fused, maps.shape[1:], layer.argmax, maps))
+
+    with net.unfused():
+        net.forward(images, visit=visit)
     return out
-
-
-def _conv_relu_output(conv: Conv2D) -> np.ndarray:
-    """The full-size output of a fused conv + ReLU (its kernels only keep the pooled one), recomputed
-    with a copy of the layer that does not pool."""
-    twin = Conv2D(**conv.get_config())
-    twin.bind({"weight": conv.weight, "bias": conv.bias}, {"weight": conv.dweight, "bias": conv.dbias})
-    x = conv._buffers["x"]
-    return np.maximum(twin.forward(x), 0.0)
 
 
 def routing_change(before: list[PoolRouting], after: list[PoolRouting]) -> list[float]:
@@ -183,12 +160,11 @@ def saliency(model: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """dL/dx (N, C, H, W) of each example's own loss (inference mode: no dropout)."""
     net, images, labels = as_net(model, x, y)
     assert labels is not None
-    logits = _eval_forward(net, images)
+    logits = net.forward(images, keep=True)
     _, d = softmax_cross_entropy(logits, labels)
-    g: Any = d * np.float32(len(labels))  # per-example losses, not their mean
-    for layer in reversed(net.layers):
-        g = layer.backward(g)
-    return np.array(net.backend.to_host(g))
+    dx = net.backward(d * np.float32(len(labels)))  # per-example losses, not their mean
+    assert dx is not None
+    return dx
 
 
 def most_confused(matrix: np.ndarray, k: int = 5) -> list[tuple[int, int, int]]:
@@ -212,14 +188,16 @@ def feature_maps(model: Any, x1: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """One example's (C, H, W) activations after each convolution stage (with its activation; a
     fused pool shows as the pooling stage) and each pooling stage, named after the layer."""
     net, images, _ = as_net(model, x1)
-    h: Any = net.backend.asarray(images[:1])
+    layers = net.layers
     out = []
-    for i, layer in enumerate(net.layers):
-        h = layer.forward(h, training=False)
-        prev = net.layers[i - 1] if i else None
-        nxt = net.layers[i + 1] if i + 1 < len(net.layers) else None
+
+    def visit(i: int, layer: Any, h_in: Any, h: Any) -> None:
+        prev = layers[i - 1] if i else None
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
         conv_stage = (isinstance(layer, (ReLU, Tanh)) and isinstance(prev, Conv2D) and not prev.fused_pool) \
             or (isinstance(layer, Conv2D) and not isinstance(nxt, (ReLU, Tanh)))
         if (conv_stage or isinstance(layer, (MaxPool2D, AvgPool2D))) and np.ndim(h) == 4:
             out.append((layer.name, np.array(net.backend.to_host(h))[0]))
+
+    net.forward(images[:1], visit=visit)
     return out

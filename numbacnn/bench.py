@@ -89,16 +89,14 @@ class _Ours:
 
         self.net = nc.build_network(net_name, SHAPE, N_CLASSES, seed=0).to(device)
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
-        self.net.backend.start_precompile(self.net, SHAPE, self.opt, batch)  # as Trainer.fit does
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
         self.y = rng.integers(0, N_CLASSES, batch)
-        self.idx = np.arange(batch)
         self.trainer = nc.Trainer(self.net, self.opt, batch_size=batch, progress=False)
         self.nc = nc
 
     def train_step(self) -> None:  # one step as Trainer.fit takes it (recorded, then replayed)
-        self.trainer._local_step(self.x, self.y, self.idx, 0)
+        self.trainer.train_step(self.x, self.y)
 
     def infer(self) -> None:
         self.net.forward(self.x, training=False)
@@ -241,34 +239,12 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     return res
 
 
-def _thread_cores(threads: int) -> list[int]:
-    """The cores that ``threads`` numba threads run on (one each): the first ``threads`` CPUs this
-    process may use, or [] where the platform cannot pin a thread (then the model's stragglers
-    come from the 1-thread profile alone)."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return []
-    return cpus[:threads] if len(cpus) >= threads > 1 else []
-
-
-def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
-                   block: float) -> tuple[list[float], list[float], list[list[tuple[str, list[float]]]]]:
+def thread_scaling(net_name: str, batch: int, threads: int, rounds: int, block: float) -> list[float]:
     """Training throughput on ``threads`` threads over 1 thread for one model, timed in interleaved
     blocks (1, N, 1, N, ...) so that machine noise hits both: each round's ratio (report the
-    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x), each
-    round's per-thread compute efficiency of the machine at N threads, measured right after
-    (``scaling.core_efficiency``: it moves with the load other processes put on the cores), and,
-    per core the N threads run on, the 1-thread time of every kernel call of the step with the
-    thread pinned to that core (``scaling.call_times``, about half a block per core and round):
-    for the model's stragglers, measured in the same minutes as the speed-up (other tenants slow
-    one core and not the other; an unpinned 1-thread step runs on one core only)."""
-    from .scaling import call_times, core_efficiency
-
+    median; on the shared 2-core machine single rounds of mnistcnn ranged 1.6-2.05x)."""
     ours = _Ours(net_name, batch)
-    cores = _thread_cores(threads)
-    per_core: list[list[tuple[str, list[float]]]] = [[] for _ in cores]
-    ratios, efficiency = [], []
+    ratios = []
     for _ in range(rounds):
         rates = []
         for t in (1, threads):
@@ -277,87 +253,8 @@ def thread_scaling(net_name: str, batch: int, threads: int, rounds: int,
             time.sleep(0.05)
             rates.append(_time_block(ours.train_step, block))
         ratios.append(rates[1] / rates[0])
-        efficiency.append(core_efficiency(threads))
-        if cores:
-            _set_threads(1)
-            allowed = os.sched_getaffinity(0)
-            try:
-                for i, core in enumerate(cores):
-                    os.sched_setaffinity(0, {core})  # this thread, which runs the 1-thread kernels
-                    ours.train_step()
-                    times = call_times(ours.train_step, min(block / 2, 2 * block / len(cores)))
-                    per_core[i] = times if not per_core[i] else [
-                        (name, old + new) for (name, old), (_, new) in zip(per_core[i], times)]
-            finally:
-                os.sched_setaffinity(0, allowed)
     _set_threads(None)
-    return ratios, efficiency, per_core
-
-
-MODEL_THREADS = (2, 4, 8, 16, 32, 64)
-
-
-def scaling_model(nets: list[str], batches: list[int], bandwidth: float,
-                  measured: dict[str, dict[int, float]], efficiency: dict[str, dict[int, float]],
-                  top: int, per_core: dict[str, dict[int, list]] | None = None) -> dict[str, Any]:
-    """Print the modelled training speed-up at 2-64 threads (numbacnn/scaling.py) beside the
-    speed-up measured at ``top`` threads (modelled there with the machine's per-thread efficiency
-    measured beside it and its stragglers: each call's 1-thread times on each core, measured in
-    the speed-up's rounds (``per_core``, from ``thread_scaling``; scaling.straggle_cores), or
-    without them its time spread in the profile, scaling.straggle), and where one step's time
-    goes; returns it all for the JSON."""
-    from . import scaling
-
-    print(f"MODELLED training speed-up over 1 thread (not measured: a model fed by 1-thread "
-          f"measurements of each kernel, numbacnn/scaling.py; memory ceiling {bandwidth / 1e9:.0f} "
-          f"GB/s; 2-64 threads on dedicated cores; 'model' at the measured count adds this "
-          f"machine's per-thread efficiency 'eff.' and its stragglers, 'wait' the mean slowest-"
-          f"thread factor from each core's 1-thread kernel times in the speed-up's rounds)")
-    print(f"{'net':9} {'batch':>5} | " + " ".join(f"{t:>5}" for t in MODEL_THREADS)
-          + f" | {'at ' + str(top) + ': meas.':>11} {'model':>5} {'error':>6} {'eff.':>4} "
-          f"{'wait':>4} | "
-          f"{'serial':>9} {'step':>8}")
-    out: dict[str, Any] = {}
-    for net in nets:
-        for b in batches:
-            prof = scaling.profile_step(net, b)
-            pred = {t: scaling.speedup(prof, t, bandwidth) for t in MODEL_THREADS}
-            eff = efficiency.get(net, {}).get(b, 1.0)
-            profile_only = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
-            cores = (per_core or {}).get(net, {}).get(b) or []
-            per_core_waits = scaling.with_core_spreads(prof, cores)
-            meas = measured.get(net, {}).get(b)
-            at_top = scaling.speedup(prof, top, bandwidth, eff, stragglers=True)
-            wait = scaling.mean_wait(prof, top)
-            err = f"{100 * (at_top - meas) / meas:+5.1f}%" if meas else "     -"
-            print(f"{net:9} {b:5d} | " + " ".join(f"{pred[t]:5.1f}" for t in MODEL_THREADS)
-                  + f" | {(f'{meas:.2f}' if meas else '-'):>11} {at_top:5.2f} {err:>6} "
-                  f"{eff:4.2f} {wait:4.2f} | "
-                  f"{1e6 * prof.serial:6.0f} us {1e3 * prof.step:5.1f} ms", flush=True)
-            out.setdefault(net, {})[b] = {
-                "speedup": pred, "measured_threads": top, "measured": meas,
-                "modelled_at_measured_threads": at_top, "core_efficiency": eff,
-                "straggler_wait": wait,
-                "straggler_source": (f"1-thread call times on each of {len(cores)} cores, in the "
-                                     "speed-up's rounds" if per_core_waits
-                                     else "1-thread call times in the profile"),
-                "modelled_at_measured_threads_profile_stragglers": profile_only,
-                "kernel_seconds_per_step_by_core": ([sum(statistics.fmean(t) for _, t in c)
-                                                     for c in cores] if per_core_waits else None),
-                "modelled_at_measured_threads_no_stragglers": scaling.speedup(prof, top, bandwidth,
-                                                                              eff),
-                "serial_s": prof.serial, "step_s": prof.step,
-                "fork_join_s": prof.fork_join,
-                "kernels": [{"kernel": k, "calls": n, "share": sh, "min_iterations": it}
-                            for k, n, sh, it in scaling.merge_calls(prof)]}
-    big = max(batches)
-    for net in nets:
-        if net in out and big in out[net]:
-            rows = out[net][big]["kernels"]
-            print(f"  {net} batch {big}, share of a 1-thread step (fewest prange iterations): "
-                  + ", ".join(f"{r['kernel']} {100 * r['share']:.1f}% ({r['min_iterations']})"
-                              for r in rows if r["share"] >= 0.005))
-    return out
+    return ratios
 
 
 # --- compile time, warm start and memory (each in a fresh process) -----------------------------
@@ -467,9 +364,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
     p.add_argument("--no-onnx", action="store_true", help="skip onnxruntime even if importable")
     p.add_argument("--no-startup", action="store_true", help="skip compile-time/memory runs")
-    p.add_argument("--no-model", action="store_true", help="skip the modelled thread scaling")
-    p.add_argument("--bandwidth", type=float, default=100.0,
-                   help="memory bandwidth of the modelled machine, GB/s (default 100)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: numbacnn's numba.cuda kernels against PyTorch on the same GPU")
     p.add_argument("--json", metavar="FILE", help="write all results as JSON")
@@ -541,29 +435,17 @@ def main(argv: list[str] | None = None) -> int:
     _config.set_num_threads(None)
     scaling: dict[str, dict[int, float]] = {}
     scaling_rounds: dict[str, dict[int, list[float]]] = {}
-    efficiency: dict[str, dict[int, float]] = {}
-    efficiency_rounds: dict[str, dict[int, list[float]]] = {}
-    per_core: dict[str, dict[int, list]] = {}
     top = max(threads)
     if args.device == "cpu" and 1 in threads and top > 1:
-        print(f"training speed-up, {top} threads over 1 (same model, interleaved blocks; median "
+        print(f"training speed-up, {top} threads over 1 (measured: interleaved blocks, median "
               f"[lower, upper quartile] of {args.scaling_rounds} rounds):")
         for net in nets:
-            runs = {b: thread_scaling(net, b, top, args.scaling_rounds, args.block) for b in batches}
-            scaling_rounds[net] = {b: r for b, (r, _, _) in runs.items()}
-            efficiency_rounds[net] = {b: e for b, (_, e, _) in runs.items()}
-            per_core[net] = {b: c for b, (_, _, c) in runs.items()}
+            scaling_rounds[net] = {b: thread_scaling(net, b, top, args.scaling_rounds, args.block)
+                                   for b in batches}
             scaling[net] = {b: statistics.median(v) for b, v in scaling_rounds[net].items()}
-            efficiency[net] = {b: statistics.median(v) for b, v in efficiency_rounds[net].items()}
             print(f"  {net}: " + ", ".join(
                 f"batch {b} {scaling[net][b]:.2f}x [{_quartiles(v)}]"
                 for b, v in scaling_rounds[net].items()), flush=True)
-            print(f"    machine: per-thread GEMM speed at {top} threads against 1 (median of the "
-                  "rounds): " + ", ".join(f"{efficiency[net][b]:.2f}" for b in batches))
-    modelled = {}
-    if not args.no_model and args.device == "cpu":
-        modelled = scaling_model(nets, batches, args.bandwidth * 1e9, scaling, efficiency, top,
-                                 per_core)
     startup = {}
     if not args.no_startup and args.device == "cpu":
         for net in nets:
@@ -586,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                        "matmul_peak_gflops": peaks, "results": results,
                        "thread_scaling": scaling, "thread_scaling_rounds": scaling_rounds,
-                       "core_efficiency_rounds": efficiency_rounds,
-                       "modelled_scaling": modelled, "startup": startup}, f, indent=2)
+                       "startup": startup}, f, indent=2)
     return 0
 
 

@@ -4,7 +4,6 @@ interrupted (after saving a resumable checkpoint with --save)."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -17,28 +16,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _config
-from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
+from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
-from .data import DataError, Dataset, load_dataset, stratified_split
+from .data import DataError, load_dataset
 from .device import DeviceError
-from .optimizers import OPTIMIZERS, make_optimizer
+from .optimizers import OPTIMIZERS
+from .runconfig import (  # noqa: F401
+    DEFAULT_LR,
+    RECIPES,
+    RunConfig,
+    UsageError,
+    check_shapes,
+    configure,
+    data_fingerprint,
+    load_data,
+)
 from .training import Callback, DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
-
-DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
-# Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
-# and more epochs; MNIST-sized data gets the usual batch 64.
-RECIPES: dict[str, dict[str, Any]] = {
-    "digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
-    "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"},
-}
-
-
-class UsageError(Exception):
-    """A bad command-line value (exit status 2)."""
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, no usage block, status 2
@@ -116,10 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_data(args, seed: int, test_size: float) -> Dataset:
-    return load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed)
-
-
 def _print_confusion(m: np.ndarray) -> None:
     width = max(4, len(str(m.max())) + 1)
     print("confusion matrix (rows: true class, columns: predicted):")
@@ -132,6 +124,16 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     dp = _start_distributed(args)
     lead = dp is None or dp.rank == 0  # the rank that prints, reads checkpoints and writes files
+    board = _check_args(args, dp, lead)
+    if args.evaluate:
+        return _finish(dp, _evaluate(args, dp, lead))
+    cfg = configure(args, lambda load: _on_lead(dp, load))
+    return _finish(dp, _train(args, cfg, dp, lead, board))
+
+
+def _check_args(args, dp: DataParallel | None, lead: bool) -> Any:
+    """Before any work: inputs exist, outputs can be written, the device and the extras are there;
+    returns the TensorBoard logger for --tensorboard (or None)."""
     for flag in ("data", "labels", "resume", "evaluate"):
         path = getattr(args, flag)
         if (path and path != "digits" and (lead or flag in ("data", "labels"))
@@ -150,114 +152,60 @@ def run(argv: list[str] | None = None) -> int:
                 raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
     if args.report and lead:
         _check_report_dir(args.report)
-    board = None
-    if args.tensorboard and lead:
-        from .tensorboard import TensorBoardLogger
+    if not (args.tensorboard and lead):
+        return None
+    from .tensorboard import TensorBoardLogger
 
-        try:
-            board = TensorBoardLogger(args.tensorboard)
-        except ImportError as e:
-            raise UsageError(f"--tensorboard: {e}") from None
-        except OSError as e:
-            raise UsageError(f"--tensorboard: cannot write {args.tensorboard}: {e.strerror or e}") from None
+    try:
+        return TensorBoardLogger(args.tensorboard)
+    except ImportError as e:
+        raise UsageError(f"--tensorboard: {e}") from None
+    except OSError as e:
+        raise UsageError(f"--tensorboard: cannot write {args.tensorboard}: {e.strerror or e}") from None
 
-    if args.evaluate:
-        ck = _on_lead(dp, lambda: load_checkpoint(args.evaluate))
-        meta = ck.meta.get("training", {})
-        ds = _load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size))
-        _check_shapes(ck.net, ds, args.evaluate)
-        loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)
-        n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
-        matrix = confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes, parallel=dp)
-        if lead:
-            print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
-                  f"loss {loss:.4f}, accuracy {acc:.4f}")
-            _print_confusion(matrix)
-        return _finish(dp, 0)
 
-    resume = _on_lead(dp, lambda: load_checkpoint(args.resume)) if args.resume else None
-    tmeta: dict[str, Any] = resume.meta.get("training", {}) if resume else {}
-    if resume and not tmeta:
-        raise CheckpointError(f"{args.resume}: holds no training state to resume (saved by nc.save?)")
-    if resume:
-        for flag, key in (("arch", "architecture"), ("optimizer", "optimizer_name")):
-            given = getattr(args, flag)
-            if given is not None and given != tmeta[key]:
-                raise CheckpointError(f"{args.resume}: was trained with --{flag} {tmeta[key]!r}, "
-                                      f"cannot resume with --{flag} {given!r}")
-        for flag, key in (("batch_size", "batch_size"), ("seed", "seed")):
-            given = getattr(args, flag)
-            if given is not None and given != tmeta[key]:
-                raise CheckpointError(f"{args.resume}: was trained with --{flag.replace('_', '-')} "
-                                      f"{tmeta[key]}, cannot resume with {given}")
-    seed = tmeta.get("seed", 0 if args.seed is None else args.seed)
-    arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
-    opt_name = tmeta.get("optimizer_name", args.optimizer or "adam")
-    test_size = tmeta.get("test_size", args.test_size)
-    val_size = tmeta.get("val_size", args.val_size)
+def _evaluate(args, dp: DataParallel | None, lead: bool) -> int:
+    """--evaluate: loss, accuracy and the confusion matrix of a checkpoint on the test split."""
+    ck = _on_lead(dp, lambda: load_checkpoint(args.evaluate))
+    meta = ck.meta.get("training", {})
+    ds = load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size))
+    check_shapes(ck.net, ds, args.evaluate)
+    loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)
+    n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
+    matrix = confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes, parallel=dp)
+    if lead:
+        print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
+              f"loss {loss:.4f}, accuracy {acc:.4f}")
+        _print_confusion(matrix)
+    return 0
 
-    ds = _load_data(args, seed, test_size)
-    fingerprint = data_fingerprint(ds.x_train, ds.y_train)
-    if resume and tmeta.get("data_fingerprint", fingerprint) != fingerprint:
-        raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
-                              f"({len(ds.y_train)} training images of shape {ds.input_shape}); "
-                              f"resume with the same --data, --test-size and seed")
-    recipe = RECIPES["digits" if ds.name == "digits" else "other"]
-    epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
-    batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
-    x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
-    if val_size > 0:
-        x_tr, x_val, y_tr, y_val = stratified_split(x_tr, y_tr, val_size, seed)
-    n_classes = ds.n_classes
 
-    if resume:
-        net = resume.net.to(args.device)
-        _check_shapes(net, ds, args.resume)
-        opt_info = resume.optimizer or {}
-        opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
-        opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
-    else:
-        net = build_network(arch, ds.input_shape, n_classes, seed=seed).to(args.device)
-        default_lr = recipe["adam_lr"] if opt_name == "adam" else DEFAULT_LR[opt_name]
-        kwargs: dict[str, Any] = {"lr": args.lr or default_lr,
-                                  "weight_decay": args.weight_decay}
-        if opt_name == "sgd":
-            kwargs.update(momentum=0.9 if args.momentum is None else args.momentum,
-                          nesterov=args.nesterov)
-        elif opt_name == "rmsprop":
-            kwargs.update(momentum=args.momentum or 0.0)
-        elif args.momentum is not None:
-            raise UsageError("--momentum does not apply to adam")
-        opt = make_optimizer(opt_name, net, **kwargs)
-
+def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any) -> int:
+    """Train as configured: checkpoints, report, metrics; the exit status."""
+    net, opt, ds = cfg.net, cfg.opt, cfg.ds
     if dp is not None:  # rank 0's parameters and optimizer state everywhere; one compile per machine
         from .distributed import compile_step
 
         for a in (net.params, *opt.state.values()):
             dp.broadcast_array(a)
-        dp.compile_once(lambda: compile_step(net, x_tr))
-    schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
-    trainer = Trainer(net, opt, batch_size=batch_size, seed=seed, progress=not args.quiet and lead,
-                      lr_schedule=schedule, parallel=dp)
-    if resume:
-        trainer.load_state(tmeta["trainer"])
+        dp.compile_once(lambda: compile_step(net, cfg.x_tr))
+    trainer = Trainer(net, opt, batch_size=cfg.batch_size, seed=cfg.seed, progress=not args.quiet and lead,
+                      lr_schedule=cfg.schedule, parallel=dp)
+    if cfg.trainer_state is not None:
+        trainer.load_state(cfg.trainer_state)
     save_path = args.save or args.resume
 
     def checkpoint(tr: Trainer) -> None:
         if save_path and lead:
-            save(net, save_path, optimizer=opt, training={
-                "architecture": arch, "optimizer_name": opt_name, "seed": seed, "epochs": epochs,
-                "test_size": test_size, "val_size": val_size, "batch_size": batch_size,
-                "dataset": ds.name, "data_fingerprint": fingerprint, "trainer": tr.state(),
-                "lr_schedule": schedule})
+            save(net, save_path, optimizer=opt, training=cfg.checkpoint_meta(tr.state()))
         if dp is not None:
             dp.barrier()  # the checkpoint is complete before any rank goes on (or exits)
 
     if not args.quiet and lead:
         ranks = f"{dp.size} ranks x " if dp is not None else ""
-        print(f"numbacnn: {ds.name}: {len(y_tr)} train / {len(ds.y_test)} test images of shape "
-              f"{ds.input_shape}, {n_classes} classes; arch {arch}; {opt!r}; batch "
-              f"{batch_size}; {ranks}{_config.get_num_threads()} threads")
+        print(f"numbacnn: {ds.name}: {len(cfg.y_tr)} train / {len(ds.y_test)} test images of shape "
+              f"{ds.input_shape}, {ds.n_classes} classes; arch {cfg.arch}; {opt!r}; batch "
+              f"{cfg.batch_size}; {ranks}{_config.get_num_threads()} threads")
     first = _FirstEpochRouting(ds.x_test[:REPORT_BATCH]) if args.report and lead else None
 
     def report() -> int:
@@ -266,8 +214,9 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         from .report import ReportError, write_report
 
-        info = {"dataset": ds.name, "architecture": arch, "optimizer": repr(opt), "batch size": batch_size,
-                "epochs": trainer.epoch, "test accuracy": (trainer.history or [{}])[-1].get("test_accuracy")}
+        info = {"dataset": ds.name, "architecture": cfg.arch, "optimizer": repr(opt),
+                "batch size": cfg.batch_size, "epochs": trainer.epoch,
+                "test accuracy": (trainer.history or [{}])[-1].get("test_accuracy")}
         try:
             page = write_report(args.report, net, ds.x_test, ds.y_test, trainer.history,
                                 routing_first=first.stages if first else None, info=info)
@@ -281,21 +230,21 @@ def run(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     try:
-        trainer.fit(x_tr, y_tr, epochs, ds.x_test, ds.y_test, x_val, y_val, checkpoint=checkpoint,
-                    callbacks=[cb for cb in (first, board) if cb is not None])
+        trainer.fit(cfg.x_tr, cfg.y_tr, cfg.epochs, ds.x_test, ds.y_test, cfg.x_val, cfg.y_val,
+                    checkpoint=checkpoint, callbacks=[cb for cb in (first, board) if cb is not None])
     except TrainingInterrupted as e:
         where = f"; resumable checkpoint saved to {save_path}" if save_path else " (no --save given)"
         if lead:
             print(f"train.py: {e} at epoch {trainer.epoch + 1}, step {trainer._step}{where}",
                   file=sys.stderr)
             report()
-        return _finish(dp, 128 + e.signum)
+        return 128 + e.signum
     except DivergenceError as e:
         if dp is None:
             raise
         if lead:  # every rank saw the same reduced loss: an agreed stop
             print(f"train.py: error: {e}", file=sys.stderr)
-        return _finish(dp, 1)
+        return 1
     wall = time.perf_counter() - t0
     final = trainer.history[-1] if trainer.history else {}
     if not args.quiet and lead:
@@ -304,15 +253,15 @@ def run(argv: list[str] | None = None) -> int:
     if args.metrics_out and lead:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
                 "images_per_second", "val_loss", "val_accuracy")
-        metrics = {"dataset": ds.name, "architecture": arch, "optimizer": opt_name,
+        metrics = {"dataset": ds.name, "architecture": cfg.arch, "optimizer": cfg.opt_name,
                    "hyperparameters": {**opt.hyperparameters(), "lr": trainer.base_lr},
-                   "lr_schedule": schedule, "batch_size": batch_size,
-                   "seed": seed, "threads": _config.get_num_threads(),
+                   "lr_schedule": cfg.schedule, "batch_size": cfg.batch_size,
+                   "seed": cfg.seed, "threads": _config.get_num_threads(),
                    "ranks": dp.size if dp is not None else 1,
                    "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
-    return _finish(dp, report())
+    return report()
 
 
 REPORT_BATCH = 64  # test examples whose max-pool routing the report shows
@@ -378,27 +327,6 @@ def _finish(dp: DataParallel | None, status: int) -> int:
     return status
 
 
-def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
-    """SHA-256 of the training images and labels (shapes, dtypes and values), stored in checkpoints
-    so that a resume on other data is refused."""
-    h = hashlib.sha256()
-    for a in (x, y):
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _check_shapes(net, ds: Dataset, path: str) -> None:
-    if net.input_shape is not None and tuple(net.input_shape) != ds.input_shape:
-        raise CheckpointError(f"{path}: the network expects images of shape {tuple(net.input_shape)}, "
-                              f"the data has {ds.input_shape}")
-    n_out = net.output_shape(ds.input_shape)[0]
-    if ds.n_classes > n_out:
-        raise CheckpointError(f"{path}: the network has {n_out} classes, the data has labels up to "
-                              f"{ds.n_classes - 1}")
-
-
 def run_report(argv: list[str] | None = None) -> int:
     """``python -m numbacnn report CHECKPOINT --data PATH --out DIR``: the report of a saved model
     (learning curves from the training history the checkpoint holds)."""
@@ -418,7 +346,7 @@ def run_report(argv: list[str] | None = None) -> int:
     meta = ck.meta.get("training", {})
     ds = load_dataset(args.data, labels=args.labels, test_size=meta.get("test_size", 0.2),
                       seed=meta.get("seed", 0))
-    _check_shapes(ck.net, ds, args.checkpoint)
+    check_shapes(ck.net, ds, args.checkpoint)
     history = (meta.get("trainer") or {}).get("history")
     info = {"checkpoint": args.checkpoint, "dataset": ds.name, "architecture": ck.net.architecture,
             "epochs": len(history or [])}

@@ -150,7 +150,6 @@ def compile_step(net: Any, x: np.ndarray) -> None:
 
     rngs = [(layer, pickle.dumps(layer.rng.bit_generator.state)) for layer in net.layers
             if isinstance(layer, Dropout)]
-    net.backend.start_precompile(net, x.shape[1:])
     logits = net.forward(x[:2], training=True)
     _, d = softmax_cross_entropy(logits, np.zeros(len(logits), np.int64))
     net.backward(d, need_input_grad=False)

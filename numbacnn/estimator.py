@@ -352,15 +352,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         check_is_fitted(self, "net_")
         X, _ = self._validate_X(X, reset=False)
         images = self._images(X, self.input_shape_)
-        net = self.net_
         with _threads(self.n_threads):
-            parts = []
-            for lo in range(0, len(images), 256):
-                h = net.backend.asarray(images[lo:lo + 256])
-                for layer in net.layers[:-1]:
-                    h = layer.forward(h, training=False)
-                parts.append(np.array(net.backend.to_host(h)).reshape(len(h), -1))
-        return np.concatenate(parts)
+            h = self.net_.forward(images, upto=-1)
+        return h.reshape(len(h), -1)
 
     def __getstate__(self) -> dict[str, Any]:
         # weights and settings travel; the optimizer's state (momentum, Adam's moments, step count)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .backend import Backend, ConvGeometry, ConvPlan, Workspace, get_backend
 from .backend.base import conv_out
-from .program import host_op
+from .backend.calls import launch
 
 Shape = tuple[int, ...]
 
@@ -237,7 +237,7 @@ class Conv2D(Layer):
     @property
     def plan(self) -> ConvPlan:
         """How this convolution runs on its backend, chosen by ``backend.conv_plan``: on the CPU
-        "direct", "wide", "positions" or "gemm" (kernels/cpu/plan_*.py), on CUDA "direct"."""
+        "direct", "wide", "positions" or "gemm" (backend/cpu_conv.py), on CUDA "gather"."""
         if "_plan" not in self.__dict__:
             self._plan = self.backend.conv_plan(self.geometry)
         return self._plan
@@ -320,6 +320,15 @@ class MaxPool2D(_Pool2D):
     """
 
     fused = False
+
+    @property
+    def argmax(self) -> np.ndarray:
+        """The last forward's argmax cache (N, C, OH, OW) int64, on the host: each window's winner
+        as a flat index iy * W + ix into its example's input plane (ties to the first). Not kept
+        while the pool is fused into its convolution (read it under ``Sequential.unfused()``)."""
+        if self.fused or "argmax" not in self._buffers:
+            raise RuntimeError(f"{self._label()}: no argmax cache (no unfused forward yet)")
+        return np.array(self.backend.to_host(self._buffers["argmax"]), np.int64)
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         if self.fused:
@@ -500,7 +509,7 @@ class Dropout(_Elementwise):
         host = self.__dict__.get("_host_mask")  # drawn on the host in both devices: same masks
         if host is None or host.shape != x.shape:
             host = self._host_mask = np.empty(x.shape, np.float32)
-        host_op(self._fill_mask, host, training)
+        launch(self._fill_mask, host, training)
         mask = self.backend.asarray(host)
         self._buffers["mask"] = mask
         self.backend.dropout_forward(y, x, mask)

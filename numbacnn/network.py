@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ class Sequential:
         self._can_backward = False
         return self
 
-    def _fuse(self) -> None:
+    def _fuse(self, enabled: bool = True) -> None:
         """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through), and, where
         its plan can (``fuses_pool``), also a following non-overlapping, unpadded MaxPool2D (pooled
         in the GEMM epilogue: the full-size activation is never written, read back or
@@ -86,6 +87,8 @@ class Sequential:
                 layer.fused_relu, layer.fused_pool = False, None
             if isinstance(layer, (ReLU, MaxPool2D)):
                 layer.fused = False
+        if not enabled:
+            return
         for i, layer in enumerate(self.layers[:-1]):
             relu = self.layers[i + 1]
             if not (isinstance(layer, Conv2D) and isinstance(relu, ReLU)):
@@ -148,28 +151,58 @@ class Sequential:
             self._shape_checked = (x.shape[1:], len(self.layers))  # runs; checked once per shape
         return np.ascontiguousarray(x, dtype=np.float32)
 
-    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
-        """Run the layers on x (N, C, H, W) float32; returns a new (N, n_outputs) array.
+    def forward(self, x: np.ndarray, training: bool = False, upto: int | None = None, keep: bool = False,
+                visit: Callable[[int, Layer, Any, Any], None] | None = None) -> np.ndarray:
+        """Run the layers on x (N, C, H, W) float32; returns a new (N, ...) host array.
 
         ``training=True`` applies dropout and keeps the caches that ``backward`` needs;
-        ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory.
+        ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory, unless
+        ``keep``: then in one batch, keeping every layer's caches for a following ``backward``
+        (inference-mode gradients, such as saliency). ``upto``: run ``self.layers[:upto]`` only
+        (``upto=-1``: the features that the last layer reads). ``visit(i, layer, input, output)``
+        is called after each layer (arrays of the network's device; implies ``keep``).
         """
         x = self._check_x(x)
         to_host = self.backend.to_host
-        if training:
-            h = self.backend.asarray(x)  # the batch is copied to the device once
-            for layer in self.layers:
-                h = layer.forward(h, training=True)
-            self._can_backward = True
+        if training or keep or visit is not None:
+            h = self.through(self.backend.asarray(x), training, upto, visit)  # copied to the device once
+            self._can_backward = upto is None
             return to_host(h).copy()
         self._can_backward = False
         parts = []
         for lo in range(0, x.shape[0], EVAL_BATCH):
-            h = self.backend.asarray(x[lo:lo + EVAL_BATCH])
-            for layer in self.layers:
-                h = layer.forward(h, training=False)
+            h = self.through(self.backend.asarray(x[lo:lo + EVAL_BATCH]), False, upto)
             parts.append(to_host(h).copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def through(self, h: Any, training: bool, upto: int | None = None,
+                visit: Callable[[int, Layer, Any, Any], None] | None = None) -> Any:
+        """The one loop over the layers' forwards, on arrays of the network's device (no checks,
+        no copies: the result is the last layer's buffer). ``forward`` and the training step use it."""
+        for i, layer in enumerate(self.layers[:upto]):
+            out = layer.forward(h, training=training)
+            if visit is not None:
+                visit(i, layer, h, out)
+            h = out
+        return h
+
+    def through_backward(self, g: Any, need_input_grad: bool) -> Any:
+        """The one loop over the layers' backwards, from dL/d(output) on the network's device."""
+        for i in range(len(self.layers) - 1, -1, -1):
+            g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
+        return g
+
+    @contextmanager
+    def unfused(self) -> Iterator[Sequential]:
+        """Within the block every layer runs its own kernels (no conv + ReLU + pool fusion), so that
+        each layer's output and a max pool's ``argmax`` are there to read (the report's analysis);
+        the same values as the fused layers compute."""
+        self._fuse(enabled=False)
+        try:
+            yield self
+        finally:
+            self._fuse()
+            self._can_backward = False
 
     __call__ = forward
 
@@ -180,9 +213,7 @@ class Sequential:
         """
         if not self._can_backward:
             raise RuntimeError("backward needs a preceding forward(x, training=True)")
-        g: Any = dout
-        for i in range(len(self.layers) - 1, -1, -1):
-            g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
+        g = self.through_backward(dout, need_input_grad)
         return None if g is None else self.backend.to_host(g).copy()
 
     def set_batch_slice(self, lo: int, hi: int, total: int, in_shape: Shape) -> None:
@@ -202,7 +233,7 @@ class Sequential:
         """Softmax of the logits, (N, n_classes)."""
         logits = self.forward(x, training=False)
         out = np.empty_like(logits)
-        K.softmax(out, logits)  # logits are on the host whatever the device
+        K.softmax(out, logits)  # on the host: forward returns host arrays whatever the device
         return out
 
     def predict(self, x: np.ndarray) -> np.ndarray:

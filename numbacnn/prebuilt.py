@@ -4,24 +4,22 @@ loads them the way numba loads its own disk cache, instead of compiling for 20-4
 numba's disk cache is keyed by the source file's modification time and by the exact host CPU, so a
 fresh install (new checkout, new virtualenv, new machine) always starts cold. The prebuilt tier is
 numba's cache format under another key: the SHA-256 of every kernel source file (any change to a
-kernel or to its flags in ``_config.py`` invalidates the whole tier) and a named instruction-set
+kernel file or to the kernels' compile flags invalidates the whole tier) and a named instruction-set
 level instead of the host's CPU name: ``x86-64-v4`` (AVX-512, compiled for 512-bit vectors) where
 the host has it, else ``x86-64-v3`` (AVX2 and FMA, every x86-64 server CPU since 2015). Each kernel
 looks there first, then in numba's own cache, and compiles only what neither holds. Measured
 speeds against code compiled for the host CPU: docs/performance.md.
 
-``python dev/build_prebuilt.py`` recompiles the tier: the lowest level runs every kernel
-specialisation that the presets, the optimizers, evaluation and the estimator use and records them;
-the other levels compile that list without running it, so any host with AVX2 builds every level. A
+``python dev/build_prebuilt.py`` recompiles the tier (the build lives there, not in the package). A
 test fails when the kernels' sources no longer match the shipped tier. ``NUMBACNN_PREBUILT=0``
-turns it off.
+turns it off. Where the tier cannot serve this process (another platform, Python, numba or CPU,
+or stale sources) the first kernel compiled says so in one line (``NOTICE``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -49,15 +47,19 @@ _BUILD_ENV = "NUMBACNN_PREBUILT_BUILD"  # set in the build's child processes: th
 
 
 def source_stamp() -> str:
-    """SHA-256 over the kernels' sources (numbacnn/kernels/cpu/*.py) and _config.py, in name order:
-    compiled code depends on every helper a kernel inlines and on the flags chosen in _config."""
+    """SHA-256 over the kernels' sources (numbacnn/kernels/cpu/*.py, in name order) and the compile
+    flags that ``_config.kernel`` gives them: compiled code depends on every helper a kernel inlines
+    and on those flags, and on nothing else (not on the plans, layers or docs)."""
+    from . import _config
+
     folder = os.path.join(PACKAGE, "kernels", "cpu")
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
     h = hashlib.sha256()
-    for path in [*files, os.path.join(PACKAGE, "_config.py")]:
+    for path in files:
         h.update(os.path.relpath(path, PACKAGE).encode() + b"\0")
         with open(path, "rb") as f:
             h.update(f.read())
+    h.update(repr((sorted(_config.FASTMATH), _config.KERNEL_OPT)).encode())
     return h.hexdigest()
 
 
@@ -171,7 +173,10 @@ class TieredCache:
                 cres = None
             if cres is not None or self.building:
                 return cres
-        return self.user.load_overload(sig, target_context)
+        cres = self.user.load_overload(sig, target_context)
+        if cres is None and not self.building:
+            _notice_once()
+        return cres
 
     def save_overload(self, sig: Any, data: Any) -> None:
         if self.building and self.prebuilt is not None:
@@ -200,6 +205,35 @@ class TieredCache:
         return index is not None and not os.path.exists(index)
 
 
+NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run takes 20-40 s, "
+          "later runs load them from numba's cache")
+
+
+def _notice_once() -> None:
+    """One line on stderr when a kernel compiles because the shipped tier cannot serve this process
+    (nothing when NUMBACNN_PREBUILT=0 or a numba code option turned it off on purpose)."""
+    if _state.get("noticed") or os.environ.get("NUMBACNN_PREBUILT", "1") == "0":
+        return
+    _state["noticed"] = True
+    try:
+        info = status()
+    except Exception:  # pragma: no cover - a damaged install: compile silently
+        return
+    level = info["level"]
+    if level is None:
+        if any(os.environ.get(name, "") not in ("", "0") for name in _OFF_WHEN_SET):
+            return
+        why = "no prebuilt kernels for this platform or CPU: they are x86-64 Linux with AVX2 and FMA"
+    elif not info.get(level, {}).get("current"):
+        why = "the shipped kernels are older than the kernel sources: python dev/build_prebuilt.py"
+    elif info[level].get("builds", {}).get(_python()) != _numba_version():
+        why = (f"the shipped kernels are for numba {info[level].get('builds', {}).get(_python(), '?')} "
+               f"under Python {_python()}, this is numba {_numba_version()}")
+    else:
+        return  # the tier is usable: a specialisation it does not hold, compiled once and cached
+    sys.stderr.write(NOTICE.format(why=why) + "\n")
+
+
 _ATTACHED: list[Any] = []  # every kernel's dispatcher (the build lists their specialisations)
 
 
@@ -208,137 +242,6 @@ def attach(dispatcher: Any) -> None:
     if hasattr(dispatcher, "_cache"):
         dispatcher._cache = TieredCache(dispatcher.py_func, dispatcher._cache)
         _ATTACHED.append(dispatcher)
-
-
-# -- building the tier -------------------------------------------------------------------------------
-
-def _workloads() -> None:
-    """Run every kernel specialisation a user's training, evaluation or estimator fit reaches: the
-    presets with each optimizer, both step paths, every layer kind and conv plan."""
-    import warnings
-
-    import numpy as np
-
-    import numbacnn as nc
-
-    rng = np.random.default_rng(0)
-    nets = [(spec, shape) for spec, shape in (
-        ("compact", (1, 8, 8)), ("small", (1, 28, 28)), ("mnistcnn", (1, 28, 28)), ("lenet5", (1, 28, 28)),
-        ("mlp", (1, 8, 8)), ("conv(8,3,stride=2),tanh,avgpool(2),conv(12,5,stride=2,padding=2),relu,"
-                             "maxpool(3,stride=2,padding=1),dense(10),tanh,dropout(0.3)", (3, 20, 20)),
-        ("conv(6,3),relu,maxpool(3,stride=1),conv(8,3,stride=2),relu,maxpool(2,stride=1),dense(6)",
-         (2, 12, 12)))]
-    optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
-                  lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
-                  lambda n: nc.SGD(n, lr=0.01), lambda n: nc.RMSProp(n, lr=1e-3),
-                  lambda n: nc.RMSProp(n, lr=1e-3, momentum=0.9, centered=True)]
-    for spec, shape in nets:
-        x = rng.random((20, *shape), dtype=np.float32)
-        y = np.arange(20) % 10
-        for i, make_opt in enumerate(optimizers):
-            net = nc.build_network(spec, shape, 10, seed=0)
-            trainer = nc.Trainer(net, make_opt(net), batch_size=8, seed=0, progress=False,
-                                 step_programs=i % 2 == 0)
-            trainer.fit(x, y, 1, x, y)
-        nc.evaluate(net, x, y)
-        net.forward(x, training=False)
-        logits = net.forward(x, training=True)
-        _, d = nc.softmax_cross_entropy(logits, y)
-        net.backward(d)  # the input gradient too (the report's saliency)
-    from sklearn.datasets import load_digits
-
-    X, y = load_digits(return_X_y=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        clf = nc.CNNClassifier(max_epochs=1, random_state=0).fit(X[:200], y[:200],
-                                                                  sample_weight=np.ones(200))
-        clf.fit(X[:200], y[:200])
-        clf.predict_proba(X[:50])
-        clf.transform(X[:50])
-
-
-def _record(path: str) -> None:
-    """Write every kernel specialisation this process holds (module, name, argument types) to path."""
-    import pickle
-
-    jobs = [(d.py_func.__module__, d.py_func.__qualname__, tuple(sig)) for d in _ATTACHED
-            for sig in list(d.overloads)]
-    with open(path, "wb") as f:
-        pickle.dump(jobs, f)
-
-
-def _compile_recorded(path: str) -> None:
-    """Compile the specialisations that ``_record`` wrote, without running them (a level the
-    building host may not be able to run)."""
-    import importlib
-    import pickle
-
-    with open(path, "rb") as f:
-        jobs = pickle.load(f)
-    for module, name, sig in jobs:
-        getattr(importlib.import_module(module), name).compile(sig)
-
-
-def build(levels: list[str] | None = None) -> None:
-    """Compile the tier for this Python and numba, for each level, in a child process each (the CPU
-    level is fixed when numba starts). The lowest level runs the workloads and records what they
-    compiled; the others compile that record. Other Pythons' files stay while the sources match."""
-    import tempfile
-
-    stamp, py = source_stamp(), _python()
-    wanted = levels or list(LEVELS)
-    unknown = [level for level in wanted if level not in LEVELS]
-    if unknown:
-        raise ValueError(f"unknown level(s) {unknown}: choose from {list(LEVELS)}")
-    base = list(LEVELS)[-1]
-    record = os.path.join(tempfile.mkdtemp(), "specialisations.pkl")
-    for level in [base, *(name for name in LEVELS if name != base)]:
-        if level != base and level not in wanted:
-            continue
-        env = dict(os.environ, NUMBACNN_PRECOMPILE="0", NUMBA_CACHE_DIR=tempfile.mkdtemp())
-        env.pop("NUMBACNN_NO_CACHE", None)
-        if level in wanted:
-            meta = _clear(level, stamp, py)
-            env.update(NUMBA_CPU_NAME=level, NUMBA_CPU_FEATURES=",".join(
-                [*("+" + f for f in LEVELS[level]), *CODEGEN.get(level, ())]), **{_BUILD_ENV: level})
-        else:  # only to record the list: compiled for this host, into a throwaway cache
-            env.update(NUMBACNN_PREBUILT="0")
-            env.pop(_BUILD_ENV, None)
-        code = (f"prebuilt._workloads(); prebuilt._record({record!r})" if level == base
-                else f"prebuilt._compile_recorded({record!r})")
-        subprocess.run([sys.executable, "-c", "from numbacnn import prebuilt; " + code], env=env, check=True,
-                       cwd=os.path.dirname(PACKAGE))  # this package, not another one on the path
-        if level not in wanted:
-            continue
-        target = os.path.join(FOLDER, level)
-        builds = dict(meta.get("builds", {}), **{py: _numba_version()})
-        with open(os.path.join(target, "level.json"), "w") as f:
-            json.dump({"level": level, "stamp": stamp, "triple": TRIPLE, "builds": builds,
-                       "codegen": list(CODEGEN.get(level, ()))}, f, indent=1)
-        files = [n for n in os.listdir(target) if n.endswith(".nbc") and _tag(py) in n]
-        size = sum(os.path.getsize(os.path.join(target, n)) for n in files)
-        print(f"{level}, Python {py}: {len(files)} specialisations, {size / 1e6:.1f} MB in {target}")
-
-
-def _tag(py: str) -> str:
-    return ".py" + py.replace(".", "")  # numba's cache files name the Python: ".py311."
-
-
-def _clear(level: str, stamp: str, py: str) -> dict[str, Any]:
-    """Empty a level's folder of this Python's files (of every file when the sources changed);
-    returns the level.json that stays valid."""
-    import shutil
-
-    target = os.path.join(FOLDER, level)
-    meta = _meta(level)
-    if not _current(meta, level, stamp):
-        shutil.rmtree(target, ignore_errors=True)
-        meta = {}
-    os.makedirs(target, exist_ok=True)
-    for name in os.listdir(target):
-        if _tag(py) in name:
-            os.remove(os.path.join(target, name))
-    return meta
 
 
 def _current(meta: dict[str, Any], level: str, stamp: str) -> bool:

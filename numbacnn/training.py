@@ -148,8 +148,8 @@ class Trainer:
         self.parallel = parallel
         self.step_programs = step_programs
         self._agreed_stop: int | None = None  # the stop signal all ranks agreed on (distributed)
-        self._precompile_checked = False
-        self._programs: dict[tuple, StepProgram] = {}  # recorded steps by batch shape (CPU)
+        self._programs: dict[tuple, StepProgram] = {}  # steps by batch shape
+        self._arange: dict[int, np.ndarray] = {}  # train_step's index arrays by batch size
         self._checked: tuple[Any, Any] = (None, None)  # the (x, y) arrays the programs may read
         # mid-epoch position (for resuming an interrupted epoch)
         self._epoch_rng_state: dict | None = None
@@ -186,9 +186,6 @@ class Trainer:
         ``sample_weight`` each batch's loss is the weighted mean of its examples' losses."""
         n = len(x)
         self._checked = (None, None)  # labels are checked again each epoch (arrays may change)
-        if not self._precompile_checked:  # a cold JIT cache may compile ahead while we start
-            self._precompile_checked = True
-            self.net.backend.start_precompile(self.net, x.shape[1:], self.optimizer, self.batch_size)
         if self._epoch_rng_state is None:
             self._epoch_rng_state = dict(self.rng.bit_generator.state)
             order = self.rng.permutation(n) if self.shuffle else np.arange(n)
@@ -240,6 +237,16 @@ class Trainer:
                 "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
                 "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
 
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """One optimizer step on the whole batch (x, y), taken as ``fit`` takes its steps (on the
+        CPU recorded once per batch shape, then replayed); returns the batch's mean loss and
+        accuracy. For loops of one's own and for benchmarks; ``fit`` does not call it."""
+        idx = self._arange.get(len(x))
+        if idx is None:
+            idx = self._arange[len(x)] = np.arange(len(x), dtype=np.int64)
+        loss_sum, correct, seen = self._local_step(x, y, idx, self._step)
+        return loss_sum / seen, correct / seen
+
     def _diverged(self, loss: float, step: int) -> DivergenceError:
         return DivergenceError(
             f"the loss became {loss} at epoch {self.epoch + 1}, step {step + 1}: training "
@@ -266,10 +273,11 @@ class Trainer:
         return loss * len(yb), int((logits.argmax(1) == yb).sum()), len(yb)
 
     def _program(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> StepProgram | None:
-        """The recorded step for this batch shape (numbacnn/program.py), or None where a step
-        runs through the layers' Python: off the CPU, or for inputs that the normal path rejects
-        (it then raises its clear error)."""
-        if self.net.device != "cpu" or not self.step_programs:
+        """The step for this batch shape (numbacnn/program.py: recorded and replayed on the CPU,
+        on the device throughout on CUDA), or None where a step runs through ``Sequential``'s
+        forward and backward: ``step_programs=False``, or inputs that the normal path rejects (it
+        then raises its clear error)."""
+        if not self.step_programs:
             return None
         if x is not self._checked[0] or y is not self._checked[1]:
             if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2

@@ -133,3 +133,42 @@ def test_estimator_on_cuda():
     clf = nc.CNNClassifier(architecture="conv(2,3,padding=same),relu,dense(4),relu", device="cuda",
                            max_epochs=2, batch_size=8, random_state=0).fit(X, yl)
     assert clf.net_.device == "cuda" and clf.predict(X).shape == (24,)
+
+
+def test_step_statistics_and_softmax_kernels_match_the_cpu():
+    """step_stats (mean loss in order, first largest logit on ties) and softmax as on the CPU."""
+    from numbacnn.kernels import cpu as K
+
+    rng = np.random.default_rng(2)
+    logits = rng.integers(-1, 2, (7, 3)).astype(np.float32)  # ties between classes
+    y = rng.integers(0, 3, 7)
+    losses = rng.random(7)
+    want = np.empty(2)
+    K.step_stats(want, losses, logits, y)
+    got = cuda.device_array(2, np.float64)
+    KC.step_stats(got, cuda.to_device(losses), cuda.to_device(logits), cuda.to_device(y))
+    np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-12)
+    p = np.empty_like(logits)
+    K.softmax(p, logits)
+    out = cuda.device_array((7, 3), np.float32)
+    KC.softmax(out, cuda.to_device(logits))
+    np.testing.assert_allclose(out.copy_to_host(), p, rtol=1e-5, atol=1e-7)
+
+
+def test_trainer_steps_on_the_device_match_the_cpu():
+    """Trainer.fit's step on CUDA (forward, loss and backward on the device) trains as on the CPU."""
+    rng = np.random.default_rng(3)
+    x = rng.random((10, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 10)
+    spec = "conv(2,3,padding=same),relu,maxpool(2),dense(5),relu"
+    out = []
+    for device in ("cpu", "cuda"):
+        net = nc.build_network(spec, (1, 6, 6), 3, seed=0).to(device)
+        tr = nc.Trainer(net, nc.SGD(net, lr=0.1, momentum=0.9), batch_size=4, progress=False)
+        hist = tr.fit(x, y, 2)
+        out.append((net.state_dict(), [h["train_loss"] for h in hist], [h["train_accuracy"] for h in hist]))
+    (w_cpu, l_cpu, a_cpu), (w_gpu, l_gpu, a_gpu) = out
+    np.testing.assert_allclose(l_gpu, l_cpu, rtol=1e-5)
+    assert a_gpu == a_cpu
+    for k in w_cpu:
+        np.testing.assert_allclose(w_gpu[k], w_cpu[k], rtol=1e-4, atol=1e-5, err_msg=k)

@@ -45,22 +45,9 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     rounds = data["thread_scaling_rounds"]["lenet5"]["8"]
     assert len(rounds) == 3 and all(r > 0 for r in rounds)
     assert data["thread_scaling"]["lenet5"]["8"] == sorted(rounds)[1]  # the median
-    # the modelled speed-ups, with the 2-thread one beside the measured one
-    model = data["modelled_scaling"]["lenet5"]["8"]
-    assert set(model["speedup"]) == {"2", "4", "8", "16", "32", "64"}
-    # never beyond linear; at batch 8 more threads may lose (each region's fork-join grows with the
-    # thread count while only 8 examples split: 1.07x at 64 threads against 1.42x at 2 on Zen 4)
-    assert 1 <= model["speedup"]["2"] <= 2
-    assert all(0 < model["speedup"][p] <= int(p) for p in model["speedup"])
-    assert model["measured"] == data["thread_scaling"]["lenet5"]["8"]
-    assert 0 < model["core_efficiency"] <= 1
-    if len(bench._thread_cores(2)) == 2:  # the stragglers from each core's 1-thread call times
-        assert model["straggler_source"].startswith("1-thread call times on each of 2 cores")
-        assert len(model["kernel_seconds_per_step_by_core"]) == 2
-        assert all(t > 0 for t in model["kernel_seconds_per_step_by_core"])
-    assert model["straggler_wait"] >= 1
     out = capsys.readouterr().out
-    assert "lenet5" in out and "MODELLED" in out
+    assert "lenet5" in out and "training speed-up, 2 threads over 1 (measured" in out
+    assert "modelled" not in json.dumps(data).lower()  # measured numbers only
 
 
 @pytest.mark.parametrize("args, names", [

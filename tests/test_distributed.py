@@ -131,10 +131,11 @@ FAIL_ON_RANK_1 = """
 import sys
 from mpi4py import MPI
 import numbacnn.cli as cli
+import numbacnn.runconfig as runconfig
 if MPI.COMM_WORLD.Get_rank() == 1:
     def broken(*a, **k):
         raise cli.DataError("rank 1 cannot read its data")
-    cli.load_dataset = broken
+    runconfig.load_dataset = broken
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -180,7 +181,7 @@ def test_only_one_rank_per_machine_compiles(tmp_path, npz):
     import json
 
     # without the prebuilt kernels: this is about compiling
-    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBACNN_PRECOMPILE": "0", "NUMBACNN_PREBUILT": "0"}
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBACNN_PREBUILT": "0"}
     r = mpirun(["-c", COUNT_COMPILES, "--distributed", "--quiet", "--data", npz, "--epochs", "1",
                 "--arch", "conv(2,3),relu,dense(4)"], env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

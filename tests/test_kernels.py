@@ -56,7 +56,7 @@ def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(3, 8, 3, stride=(1, 2)).strategy == "gemm"
     assert nc.Conv2D(8, 4, 3, stride=2).strategy == "gemm"
     # wide layers: backward GEMMs over groups of examples, up to about 1,200 rows
-    from numbacnn.kernels.cpu._plan import group_size
+    from numbacnn.backend.cpu_conv import group_size
 
     def group(ci, co, k, rows, n=512):
         return group_size(nc.Conv2D(ci, co, k).geometry, rows, n)
@@ -81,7 +81,7 @@ def _other_row_plan(layer, plan):
     """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
     for a "direct" layer and the reverse), so that both stay checked on every shape."""
     if plan == "swapped":
-        from numbacnn.kernels.cpu.plan_wide import DirectPlan, WidePlan
+        from numbacnn.backend.cpu_conv import DirectPlan, WidePlan
 
         assert layer.strategy in ("wide", "direct")
         layer._plan = (WidePlan if layer.strategy == "direct" else DirectPlan)(layer.geometry)
@@ -483,3 +483,14 @@ def test_sum_parts_adds_the_parts_in_order_into_any_axis_order(rng, shape, axes,
                 tuple(s // 4 for s in view.strides))
     np.testing.assert_array_equal(view, want_w)
     np.testing.assert_array_equal(db, want_b)
+
+
+@pytest.mark.parametrize("n, parts", [(1, 1), (17, 17), (64, 64), (128, 64), (256, 64)])
+def test_the_conv_backward_splits_a_batch_into_min_n_64_gradient_parts(n, parts):
+    """The parallel slack of the conv backward: min(N, 64) parts whatever the thread count (64
+    threads busy from batch 64 on; the reduction order depends on N only)."""
+    layer = nc.Conv2D(2, 4, 3).initialize(0)
+    x = np.zeros((n, 2, 6, 6), np.float32)
+    y = layer.forward(x)
+    layer.backward(np.ones_like(y), need_dx=False)
+    assert layer._buffers["dw_parts"].shape[0] == parts

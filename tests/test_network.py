@@ -236,13 +236,13 @@ def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
     from numbacnn import _config
 
     before = numba.config.OPT
-    seen = _config._compile_at_kernel_opt(None, lambda sig: int(numba.config.OPT))(())
+    seen = _config._compile_at_kernel_opt(lambda sig: int(numba.config.OPT))(())
     assert seen == _config.KERNEL_OPT and numba.config.OPT == before
 
     def fail(sig):
         raise RuntimeError("compile failed")
     with pytest.raises(RuntimeError, match="compile failed"):
-        _config._compile_at_kernel_opt(None, fail)(())
+        _config._compile_at_kernel_opt(fail)(())
     assert numba.config.OPT == before
 
     @_config.kernel(parallel=False)
@@ -281,7 +281,7 @@ def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path)
     import subprocess
     import sys
 
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBACNN_PRECOMPILE="0", NUMBACNN_PREBUILT="0")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBACNN_PREBUILT="0")
     env.pop("NUMBACNN_NO_CACHE", None)
     runs = [subprocess.run([sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, env=env,
                            timeout=600) for _ in range(2)]

@@ -50,7 +50,7 @@ print(json.dumps({"params": out, "compiled": {k: v for k, v in misses.items() if
 
 def _train(tmp_path, name, **env_extra):
     cache = tmp_path / name
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBACNN_PRECOMPILE="0", **env_extra)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), **env_extra)
     env.pop("NUMBACNN_NO_CACHE", None)
     r = subprocess.run([sys.executable, "-c", TRAIN], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
@@ -150,8 +150,12 @@ def test_a_host_without_the_level_s_features_or_another_platform_uses_none(monke
 
 
 def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkeypatch):
-    """A helper edited in another file changes the stamp (numba's own cache misses that case)."""
+    """A helper edited in another kernel file changes the stamp (numba's own cache misses that
+    case), and so do the kernels' compile flags; a plan, a layer or a comment in _config.py does not
+    (the shipped binaries stay valid)."""
     import shutil
+
+    from numbacnn import _config
 
     orig = prebuilt.source_stamp()
     copy = tmp_path / "numbacnn"
@@ -160,10 +164,16 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
     monkeypatch.setattr(prebuilt, "PACKAGE", str(copy))
     base = prebuilt.source_stamp()
     assert base == orig
-    for rel in ("kernels/cpu/_util.py", "_config.py"):
+    for rel, changes in (("kernels/cpu/_util.py", True), ("kernels/cpu/pool.py", True),
+                         ("_config.py", False), ("backend/cpu_conv.py", False), ("layers.py", False)):
         path = copy / rel
         text = path.read_text()
         path.write_text(text + "\n# edited\n")
-        assert prebuilt.source_stamp() != base, rel
+        assert (prebuilt.source_stamp() != base) == changes, rel
         path.write_text(text)
     assert prebuilt.source_stamp() == base
+    monkeypatch.setattr(_config, "KERNEL_OPT", 3)
+    assert prebuilt.source_stamp() != base
+    monkeypatch.setattr(_config, "KERNEL_OPT", 2)
+    monkeypatch.setattr(_config, "FASTMATH", {"nsz", "reassoc", "contract"})
+    assert prebuilt.source_stamp() != base

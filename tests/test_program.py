@@ -44,22 +44,22 @@ def test_a_replayed_step_runs_no_layer_python(monkeypatch):
     tr = nc.Trainer(net, nc.SGD(net, lr=0.1, momentum=0.9), batch_size=4, progress=False)
     x = np.random.default_rng(0).random((4, 1, 12, 12), dtype=np.float32)
     y = np.arange(4) % 5
-    idx = np.arange(4)
-    tr._local_step(x, y, idx, 0)  # records
+    tr.train_step(x, y)  # records
     before = net.state_dict()
     calls = []
     for layer in net.layers:
         for name in ("forward", "backward"):
             monkeypatch.setattr(layer, name, lambda *a, **k: calls.append(a))
-    tr._local_step(x, y, idx, 1)
+    tr.train_step(x, y)
     assert calls == []
     assert any(not np.array_equal(before[k], v) for k, v in net.state_dict().items())  # it trained
     # the kernels are called through their compiled entry points: no numba type dispatch
     from numba.core.registry import CPUDispatcher
 
     program, = tr._programs.values()
-    assert len(program._calls) == len(program.ops)
-    assert not any(isinstance(f, CPUDispatcher) for f, _ in program._calls)
+    assert len(program._compiled) == len(program.calls)
+    assert any(isinstance(f, CPUDispatcher) for f, _ in program.calls)  # what was captured
+    assert not any(isinstance(f, CPUDispatcher) for f, _ in program._compiled)
 
 
 def test_bad_labels_and_weighted_steps_take_the_checked_path():
@@ -93,8 +93,8 @@ def test_a_pickled_trainer_records_again_and_continues_the_same():
 
 
 def test_recording_beside_another_thread_training_records_only_its_own_calls():
-    """Recording swaps the modules' kernel names for a moment: a second thread training meanwhile
-    goes through the swapped names and must neither be recorded nor disturbed."""
+    """A capture collects the calls of its own thread only: threads training meanwhile (recording
+    or not) are neither recorded nor disturbed."""
     results = {}
 
     def train(name, programs):
@@ -113,7 +113,7 @@ def test_recording_beside_another_thread_training_records_only_its_own_calls():
     nets = {name: r[1] for name, r in results.items()}
     for name in ("t0", "t2"):  # each program binds its own net's buffers only
         for program in results[name][0]._programs.values():
-            arrays = [a for _, _, args in program.ops for a in args if isinstance(a, np.ndarray)]
+            arrays = [a for _, args in program.calls for a in args if isinstance(a, np.ndarray)]
             assert any(np.shares_memory(a, nets[name].params) for a in arrays)
             for other, net in nets.items():
                 if other != name:

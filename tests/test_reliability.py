@@ -193,7 +193,7 @@ def test_python_mode_runs_the_same_kernels_with_numpy_bounds_checks(tmp_path):
     the gradients agree with the compiled run."""
     script = tmp_path / "run.py"
     script.write_text(f"SPECS = {_PY_MODE_SPECS!r}\n" + _PY_MODE_SCRIPT)
-    env = dict(os.environ, NUMBACNN_PRECOMPILE="0")
+    env = dict(os.environ)
     for name, value in (("py", "1"), ("jit", "0")):
         env["NUMBA_DISABLE_JIT"] = value
         subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], env=env,

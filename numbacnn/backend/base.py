@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from .calls import launch
+
 Shape = tuple[int, ...]
 Pair = tuple[int, int]
 
@@ -116,7 +118,7 @@ class Backend:
         raise NotImplementedError
 
     def write(self, dst: Any, src: np.ndarray) -> None:
-        """Copy the host array ``src`` into the backend array ``dst`` (same shape)."""
+        """Copy the host array ``src`` into the backend array ``dst`` (same shape; ``dst``'s dtype)."""
         raise NotImplementedError
 
     def workspace(self) -> Workspace:
@@ -130,60 +132,67 @@ class Backend:
     # The operations below call the kernel module's function of the same name, whose signature is
     # the same on every backend; a backend overrides those where its kernels differ.
     def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        self.kernels.maxpool2d_forward(y, argmax, x, *kernel, *stride, *padding)
+        launch(self.kernels.maxpool2d_forward, y, argmax, x, *kernel, *stride, *padding)
 
     def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        self.kernels.maxpool2d_backward(dx, dy, argmax, *kernel, *stride, *padding)
+        launch(self.kernels.maxpool2d_backward, dx, dy, argmax, *kernel, *stride, *padding)
 
     def avgpool2d_forward(self, y, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        self.kernels.avgpool2d_forward(y, x, *kernel, *stride, *padding)
+        launch(self.kernels.avgpool2d_forward, y, x, *kernel, *stride, *padding)
 
     def avgpool2d_backward(self, dx, dy, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        self.kernels.avgpool2d_backward(dx, dy, *kernel, *stride, *padding)
+        launch(self.kernels.avgpool2d_backward, dx, dy, *kernel, *stride, *padding)
 
     def dense_forward(self, y, x, w, b) -> None:
-        self.kernels.dense_forward(y, x, w, b)
+        launch(self.kernels.dense_forward, y, x, w, b)
 
     def dense_backward(self, dx, dw, db, dy, x, w) -> None:
         """dx may be None (input gradient not needed)."""
-        self.kernels.dense_backward(dx, dw, db, dy, x, w, dx is not None)
+        launch(self.kernels.dense_backward, dx, dw, db, dy, x, w, dx is not None)
 
     def relu_forward(self, y, x) -> None:
-        self.kernels.relu_forward(y, x)
+        launch(self.kernels.relu_forward, y, x)
 
     def relu_backward(self, dx, dy, y) -> None:
-        self.kernels.relu_backward(dx, dy, y)
+        launch(self.kernels.relu_backward, dx, dy, y)
 
     def tanh_forward(self, y, x) -> None:
-        self.kernels.tanh_forward(y, x)
+        launch(self.kernels.tanh_forward, y, x)
 
     def tanh_backward(self, dx, dy, y) -> None:
-        self.kernels.tanh_backward(dx, dy, y)
+        launch(self.kernels.tanh_backward, dx, dy, y)
 
     def dropout_forward(self, y, x, mask) -> None:
-        self.kernels.dropout_forward(y, x, mask)
+        launch(self.kernels.dropout_forward, y, x, mask)
 
     def dropout_backward(self, dx, dy, mask) -> None:
-        self.kernels.dropout_backward(dx, dy, mask)
+        launch(self.kernels.dropout_backward, dx, dy, mask)
 
     # --- optimizers (flat parameter, gradient and state buffers) -------------------------------
     def sgd_update(self, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step) -> None:
-        self.kernels.sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
+        launch(self.kernels.sgd_update, p, g, buf, lr, momentum, dampening, weight_decay, nesterov,
+               first_step)
 
     def rmsprop_update(self, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
                        centered) -> None:
-        self.kernels.rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay,
-                                    momentum, centered)
+        launch(self.kernels.rmsprop_update, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay,
+               momentum, centered)
 
     def adam_update(self, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
-        self.kernels.adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
+        launch(self.kernels.adam_update, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
 
-    # --- compilation ------------------------------------------------------------------------------
-    def start_precompile(self, net: Any, in_shape: Shape, optimizer: Any = None, batch_size: int = 2) -> bool:
-        """Called by whoever is about to train ``net`` on inputs of per-example shape ``in_shape``
-        in batches of ``batch_size`` with ``optimizer`` (Trainer, benchmark, distributed warm-up):
-        may start compiling its kernels ahead; returns whether it did."""
-        return False
+    # --- loss -----------------------------------------------------------------------------------
+    def softmax_cross_entropy(self, dlogits, losses, logits, y) -> None:
+        """losses (N,) float64 per example and dlogits (N, K), the gradient of their mean."""
+        launch(self.kernels.softmax_cross_entropy, dlogits, losses, logits, y)
+
+    def step_stats(self, stats, losses, logits, y) -> None:
+        """stats (2,) float64: the mean of ``losses`` and the count of rows whose largest logit
+        (the first, on ties) is the label."""
+        launch(self.kernels.step_stats, stats, losses, logits, y)
+
+    def softmax(self, out, logits) -> None:
+        launch(self.kernels.softmax, out, logits)
 
 
 def _backend_named(name: str) -> Backend:

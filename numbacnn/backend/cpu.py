@@ -7,11 +7,9 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cpu as K
-from ..kernels.cpu.plan_gemm import GemmPlan
-from ..kernels.cpu.plan_positions import PositionsPlan
-from ..kernels.cpu.plan_wide import DirectPlan, WidePlan
-from . import warmup
 from .base import Backend, ConvGeometry, ConvPlan, Pair, Shape
+from .calls import launch
+from .cpu_conv import DirectPlan, GemmPlan, PositionsPlan, WidePlan
 
 # Convolutions with a filter of at least POSITIONS_MIN_CKK = C_in*KH*KW floats and at least
 # POSITIONS_MIN_CHANNELS input channels run position-major (any stride): measured 0.7-0.92x the
@@ -58,15 +56,12 @@ class CpuBackend(Backend):
 
     def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
         if padding == (0, 0):
-            K.maxpool2d_forward_nopad(y, argmax, x, *kernel, *stride)
+            launch(K.maxpool2d_forward_nopad, y, argmax, x, *kernel, *stride)
         else:
-            K.maxpool2d_forward(y, argmax, x, *kernel, *stride, *padding)
+            launch(K.maxpool2d_forward, y, argmax, x, *kernel, *stride, *padding)
 
     def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        K.maxpool2d_backward(dx, dy, argmax)  # the argmax holds the geometry
+        launch(K.maxpool2d_backward, dx, dy, argmax)  # the argmax holds the geometry
 
     def dense_backward(self, dx, dw, db, dy, x, w) -> None:
-        K.dense_backward(_NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)
-
-    def start_precompile(self, net: Any, in_shape: Shape, optimizer: Any = None, batch_size: int = 2) -> bool:
-        return warmup.start_precompile(net, in_shape, optimizer, batch_size)
+        launch(K.dense_backward, _NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cuda as KC
-from ..kernels.cuda.plan_direct import DirectPlan
 from .base import Backend, ConvGeometry, ConvPlan, Shape
+from .cuda_conv import GatherPlan
 
 
 class CudaBackend(Backend):
@@ -35,7 +35,7 @@ class CudaBackend(Backend):
         return not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host")  # also the simulator's
 
     def write(self, dst: Any, src: np.ndarray) -> None:
-        dst.copy_to_device(np.ascontiguousarray(src, dtype=np.float32))
+        dst.copy_to_device(np.ascontiguousarray(src, dtype=dst.dtype))
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
-        return DirectPlan(geometry)
+        return GatherPlan(geometry)

@@ -9,7 +9,7 @@ from .activations import (
                           tanh_forward,
 )
 from .batch import copy_strided, gather_batch, step_stats
-from .conv2d import conv2d_backward, conv2d_forward
+from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .dense import dense_backward, dense_forward
@@ -24,7 +24,7 @@ from .pool import (
 )
 
 __all__ = [
-    "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
+    "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",

@@ -13,15 +13,16 @@ from .activations import (
                           tanh_backward,
                           tanh_forward,
 )
-from .conv2d import conv2d_backward, conv2d_forward
+from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
 from .dense import dense_backward, dense_forward
-from .loss import softmax_cross_entropy
+from .loss import softmax, softmax_cross_entropy, step_stats
 from .optim import adam_update, rmsprop_update, sgd_update
 from .pool import avgpool2d_backward, avgpool2d_forward, maxpool2d_backward, maxpool2d_forward
 
 __all__ = [
-    "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward", "conv2d_forward",
+    "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
+    "conv2d_forward_gather",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update",
-    "softmax_cross_entropy", "tanh_backward", "tanh_forward",
+    "softmax", "softmax_cross_entropy", "step_stats", "tanh_backward", "tanh_forward",
 ]

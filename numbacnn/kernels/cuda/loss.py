@@ -6,19 +6,26 @@ from numba import cuda
 from ._launch import grid
 
 
+@cuda.jit(device=True)
+def _max_and_sum(logits, n):
+    """Row n's largest logit m and the sum of exp(logit - m)."""
+    m = logits[n, 0]
+    for k in range(1, logits.shape[1]):
+        if logits[n, k] > m:
+            m = logits[n, k]
+    s = 0.0
+    for k in range(logits.shape[1]):
+        s += math.exp(logits[n, k] - m)
+    return m, s
+
+
 @cuda.jit
 def _sce(dlogits, losses, logits, y):
     N, K = logits.shape
     n = cuda.grid(1)
     if n >= N:
         return
-    m = logits[n, 0]
-    for k in range(1, K):
-        if logits[n, k] > m:
-            m = logits[n, k]
-    s = 0.0
-    for k in range(K):
-        s += math.exp(logits[n, k] - m)
+    m, s = _max_and_sum(logits, n)
     log_s = math.log(s)
     losses[n] = log_s - (logits[n, y[n]] - m)
     for k in range(K):
@@ -31,3 +38,43 @@ def _sce(dlogits, losses, logits, y):
 def softmax_cross_entropy(dlogits, losses, logits, y):
     """As the CPU kernel: per-example losses and the gradient of the batch mean."""
     _sce[grid(logits.shape[0])](dlogits, losses, logits, y)
+
+
+@cuda.jit
+def _stats(out, losses, logits, y):
+    if cuda.grid(1) != 0:
+        return
+    total = 0.0
+    correct = 0
+    for i in range(losses.shape[0]):
+        total += losses[i]
+        best = 0
+        for k in range(1, logits.shape[1]):
+            if logits[i, k] > logits[i, best]:
+                best = k
+        if best == y[i]:
+            correct += 1
+    out[0] = total / losses.shape[0]
+    out[1] = correct
+
+
+def step_stats(out, losses, logits, y):
+    """As the CPU kernel: out[0] the mean loss (summed in order), out[1] the correct count
+    (first largest logit at the label); one thread (a batch is small next to the step)."""
+    _stats[1, 1](out, losses, logits, y)
+
+
+@cuda.jit
+def _softmax(out, logits):
+    N, K = logits.shape
+    n = cuda.grid(1)
+    if n >= N:
+        return
+    m, s = _max_and_sum(logits, n)
+    for k in range(K):
+        out[n, k] = math.exp(logits[n, k] - m) / s
+
+
+def softmax(out, logits):
+    """As the CPU kernel: row-wise softmax, one thread per example."""
+    _softmax[grid(logits.shape[0])](out, logits)

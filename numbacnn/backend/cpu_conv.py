@@ -1,0 +1,216 @@
+"""The CPU convolution plans: one object per algorithm (kernels in numbacnn/kernels/cpu/), owning its
+workspaces and its kernel calls; ``CpuBackend.conv_plan`` chooses one per layer shape.
+
+- "direct": stride 1, short filters; rows and weight gradient computed directly (conv2d_direct.py)
+- "wide": stride 1; wide rows by im2col + BLAS (conv2d_wide.py)
+- "positions": long filters, any stride; position-major columns (conv2d_positions.py)
+- "gemm": strided, short filters; gathered im2col columns cached for the backward (conv2d_gemm.py)
+
+All share per-thread workspace rows and weight-gradient parts per chunk of examples, reduced in a
+fixed order after the whole batch (bitwise the same for any thread count).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _config
+from ..kernels import cpu as K
+from .base import ConvGeometry, ConvPlan, Pair, Workspace
+from .calls import launch
+
+
+class CpuConvPlan(ConvPlan):
+    """Base of the CPU plans: ``forward`` stores x; ``backward`` makes the gradient parts and
+    reduces them after ``_backward``."""
+
+    parts_axes = (0, 1, 2, 3)  # the weight gradient parts' axes, as axes of (Co, Ci, KH, KW)
+    max_fused_window = 128  # the fused pool's argmax is an int8 offset inside the window
+
+    def __init__(self, geometry: ConvGeometry) -> None:
+        super().__init__(geometry)
+        self.slots = _config.max_threads()  # rows of the per-thread workspaces (fixed per process)
+
+    def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
+        """y and the pool argmax: pooled shapes with a fused pool, else the conv output and an unused
+        (N, 1, 1, 1) placeholder (one entry per example keeps the kernels' argmax[n] in bounds)."""
+        n, _, h, w = x.shape
+        oh, ow = self.geometry.out_hw(h, w)
+        co = self.geometry.out_channels
+        if pool:
+            y = ws.buf("y", (n, co, oh // pool[0], ow // pool[1]))
+            return y, ws.buf("pool_argmax", y.shape, np.int8)
+        return ws.buf("y", (n, co, oh, ow)), ws.buf("pool_argmax", (n, 1, 1, 1), np.int8)
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        x = ws["x"]
+        n = x.shape[0]
+        chunks = _config.grad_parts(n)
+        g = self.geometry
+        dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
+        dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
+        db_parts = ws.buf("db_parts", (chunks, g.out_channels))
+        self._backward(ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool)
+        dwp = dweight.transpose(self.parts_axes)  # dweight in the parts' axis order
+        launch(K.sum_parts, dweight.reshape(-1), dbias, dw_parts.reshape(chunks, -1), db_parts, dwp.shape,
+               tuple(s // dwp.itemsize for s in dwp.strides))
+        return dx if need_dx else None
+
+    def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, relu: bool,
+                  pool: Pair | None) -> None:
+        raise NotImplementedError
+
+    def pooled_y(self, ws: Workspace, pool: Pair | None) -> np.ndarray:
+        """The backward kernels' y: the conv output, or with a fused pool (whose argmax marks
+        where the ReLU passed nothing) an unread (N, 1, 1, 1) placeholder."""
+        y = ws["y"]
+        return ws.buf("y0", (y.shape[0], 1, 1, 1)) if pool else y
+
+    def pooled_workspaces(self, ws: Workspace, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
+        """gmask and gidx: a fused pool's backward workspaces per thread, float32 rows of one
+        example's pooled size and int32 rows of one pooled channel more."""
+        y = ws["y"]
+        m = y[0].size if pool else 1
+        return (ws.buf("gmask", (self.slots, m)),
+                ws.buf("gidx", (self.slots, m + y[0, 0].size if pool else 1), np.int32))
+
+    def plane_argmax(self, ws: Workspace, pool: Pair) -> np.ndarray:
+        """The fused (PKH, PKW) pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the
+        conv's output plane (the kernels store offsets inside the window, _conv_epilogue.marked)."""
+        a = ws["pool_argmax"].astype(np.int64)
+        ky, kx = np.divmod(np.where(a >= 0, a, -1 - a), pool[1])
+        ph, pw = a.shape[2:]
+        ow = self.geometry.out_hw(*ws["x"].shape[2:])[1]
+        oy = np.arange(ph)[:, None] * pool[0] + ky
+        return oy * ow + np.arange(pw)[None, :] * pool[1] + kx
+
+
+def group_size(g: ConvGeometry, rows: int, n: int) -> int:
+    """Examples per GEMM in the backward of the "wide" and "positions" plans, for ``rows`` GEMM
+    rows per example and a batch of n: about 1,200 rows at most, 1 for narrow layers
+    (docs/performance.md), and never more than a gradient part holds."""
+    if g.out_channels < 32 or g.ckk < 64:
+        return 1
+    return max(1, min(8, 1200 // max(rows, 1), -(-n // _config.grad_parts(n))))
+
+
+class WidePlan(CpuConvPlan):
+    """Stride-1 convolutions on wide rows, the rows and weight gradient by im2col and BLAS."""
+
+    name = "wide"
+    fuses_pool = True
+    direct = False  # the rows and weight gradient by im2col + BLAS (True: conv2d_direct.py)
+
+    def _cols_shape(self, length: int) -> tuple[int, ...]:
+        """im2col's per-thread workspace (C_in*KH*KW rows of ``length``); unused when direct."""
+        return (self.slots, 1, 1) if self.direct else (self.slots, self.geometry.ckk, length)
+
+    def _geometry(self, x: np.ndarray) -> tuple[int, int, int]:
+        """Padded height and width, and the wide row length L = (OH - 1) * Wp + OW."""
+        (ph, pw), (kh, kw) = self.geometry.padding, self.geometry.kernel
+        hp, wp = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
+        return hp, wp, (hp - kh) * wp + wp - kw + 1
+
+    def _pad_shape(self, hp: int, wp: int) -> tuple[int, ...]:
+        ph, pw = self.geometry.padding
+        return (self.slots, self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (self.slots, 1, 1, 1)
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool)
+        hp, wp, L = self._geometry(x)
+        g = self.geometry
+        launch(K.conv2d_forward_wide, y, argmax, ws.buf("yw", (self.slots, g.out_channels + 1, L)),
+               ws.buf("cols", self._cols_shape(L)), ws.buf("xpad", self._pad_shape(hp, wp)),
+               x, weight, bias, *g.padding, relu, *(pool or (0, 0)), self.direct)
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+        g = self.geometry
+        x, argmax = ws["x"], ws["pool_argmax"]
+        hp, wp, L = self._geometry(x)
+        group = group_size(g, L, x.shape[0])
+        gl = group * L
+        launch(K.conv2d_backward_wide,
+               dx, dw_parts, db_parts, ws.buf("gw", (self.slots, g.out_channels, gl)),
+               ws.buf("bcols", self._cols_shape(gl)),
+               ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
+               ws.buf("dpad", self._pad_shape(hp, wp)), *self.pooled_workspaces(ws, pool),
+               dy, x, weight, self.pooled_y(ws, pool), argmax, *g.padding, group, need_dx, relu,
+               *(pool or (0, 0)), self.direct)
+
+
+class DirectPlan(WidePlan):
+    """The wide plan with its rows and weight gradient computed directly, for short filters
+    (CpuBackend.conv_plan); the input gradient still goes through a GEMM and col2im."""
+
+    name = "direct"
+    direct = True
+
+
+class PositionsPlan(CpuConvPlan):
+    """Position-major columns for long filters, any stride."""
+
+    name = "positions"
+    fuses_pool = True
+    parts_axes = (0, 2, 3, 1)  # (Co, KH, KW, Ci): the position-major columns' order
+
+    def _xt_shape(self, x: np.ndarray) -> tuple[int, int, int]:
+        ph, pw = self.geometry.padding
+        return self.slots, (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool)
+        g = self.geometry
+        (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
+        L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
+        wt = ws.buf("wt", (kh, kw, ci, co))
+        launch(K.copy_strided, wt, weight.transpose(2, 3, 1, 0))
+        launch(K.conv2d_forward_positions,
+               y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
+               ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
+               kh, kw, relu, *(pool or (0, 0)))
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+        g = self.geometry
+        (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
+        x, argmax = ws["x"], ws["pool_argmax"]
+        L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
+        group = group_size(g, L, x.shape[0])
+        wk = ws.buf("wk", (co, kh, kw, ci))
+        launch(K.copy_strided, wk, weight.transpose(0, 2, 3, 1))
+        launch(K.conv2d_backward_positions,
+               dx, dw_parts, db_parts, ws.buf("gw", (self.slots, co, group * L)),
+               ws.buf("bcols", (self.slots, group * L, g.ckk)),
+               ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
+               ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
+               dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx,
+               relu, *(pool or (0, 0)))
+
+
+class GemmPlan(CpuConvPlan):
+    """Strided convolutions with short filters: gathered im2col columns, cached for the backward."""
+
+    name = "gemm"
+    fuses_pool = False
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, _ = self.outputs(ws, x, None)
+        g = self.geometry
+        cols = ws.buf("cols", (x.shape[0], g.ckk, y.shape[2] * y.shape[3]))
+        launch(K.conv2d_forward_gemm, y, cols, x, weight, bias, *g.stride, *g.padding, relu)
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+        g = self.geometry
+        chunks, positions = dw_parts.shape[0], dy.shape[2] * dy.shape[3]
+        g_tmp = ws.buf("g_tmp", (chunks, g.out_channels, positions) if relu else (chunks, 1, 1))
+        dcols = ws.buf("dcols", (chunks, g.ckk, positions) if need_dx else (chunks, 1, 1))
+        launch(K.conv2d_backward_gemm, dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
+               *g.stride, *g.padding, need_dx, relu)

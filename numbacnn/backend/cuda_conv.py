@@ -1,0 +1,29 @@
+"""The CUDA convolution plan "gather": one thread per output element, gradients by gather
+(numbacnn/kernels/cuda/conv2d_gather.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import cuda as KC
+from .base import ConvPlan, Pair, Workspace
+from .calls import launch
+
+
+class GatherPlan(ConvPlan):
+    name = "gather"
+    fuses_pool = False
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        g = self.geometry
+        y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
+        ws["x"] = x  # the backward reads the input directly (no im2col cache)
+        launch(KC.conv2d_forward_gather, y, x, weight, bias, *g.stride, *g.padding, relu)
+        return y
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        x, y = ws["x"], ws["y"]
+        dx = ws.buf("dx", x.shape) if need_dx else None
+        launch(KC.conv2d_backward_gather, dx, dweight, dbias, ws.buf("g", dy.shape), dy, x, weight, y,
+               *self.geometry.stride, *self.geometry.padding, need_dx, relu)
+        return dx

@@ -1,0 +1,157 @@
+"""What a ``train.py`` run trains: the data, the network, the optimizer and the schedule, from the
+command line's flags, the recipes for flags left unset, and the resume policy (a checkpoint's
+settings win; a conflicting flag or other training data is refused)."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arch import DEFAULT_ARCH, build_network
+from .checkpoint import CheckpointError, load_checkpoint
+from .data import Dataset, load_dataset, stratified_split
+from .network import Sequential
+from .optimizers import Optimizer, make_optimizer
+
+DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
+# Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
+# and more epochs; MNIST-sized data gets the usual batch 64.
+RECIPES: dict[str, dict[str, Any]] = {
+    "digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
+    "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"},
+}
+
+
+class UsageError(Exception):
+    """A bad command line (exit status 2)."""
+
+
+def load_data(args: Any, seed: int, test_size: float) -> Dataset:
+    return load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed)
+
+
+def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
+    """SHA-256 of the training images and labels (shapes, dtypes and values), stored in checkpoints
+    so that a resume on other data is refused."""
+    h = hashlib.sha256()
+    for a in (x, y):
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def check_shapes(net: Sequential, ds: Dataset, path: str) -> None:
+    """A checkpoint's network fits the data: its input shape, and enough classes for the labels."""
+    if net.input_shape is not None and tuple(net.input_shape) != ds.input_shape:
+        raise CheckpointError(f"{path}: the network expects images of shape {tuple(net.input_shape)}, "
+                              f"the data has {ds.input_shape}")
+    n_out = net.output_shape(ds.input_shape)[0]
+    if ds.n_classes > n_out:
+        raise CheckpointError(f"{path}: the network has {n_out} classes, the data has labels up to "
+                              f"{ds.n_classes - 1}")
+
+
+@dataclass
+class RunConfig:
+    """A run's settings and what they built."""
+
+    ds: Dataset
+    arch: str
+    opt_name: str
+    seed: int
+    test_size: float
+    val_size: float
+    epochs: int
+    batch_size: int
+    schedule: str
+    fingerprint: str
+    x_tr: np.ndarray
+    y_tr: np.ndarray
+    x_val: np.ndarray | None
+    y_val: np.ndarray | None
+    net: Sequential
+    opt: Optimizer
+    trainer_state: dict[str, Any] | None  # the checkpoint's Trainer.state() when resuming
+
+    def checkpoint_meta(self, trainer_state: dict[str, Any]) -> dict[str, Any]:
+        """The ``training`` metadata a checkpoint stores, for ``--resume``."""
+        return {"architecture": self.arch, "optimizer_name": self.opt_name, "seed": self.seed,
+                "epochs": self.epochs, "test_size": self.test_size, "val_size": self.val_size,
+                "batch_size": self.batch_size, "dataset": self.ds.name,
+                "data_fingerprint": self.fingerprint, "trainer": trainer_state,
+                "lr_schedule": self.schedule}
+
+
+def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tuple[Any, dict[str, Any]]:
+    """The checkpoint to resume (or None) and its training metadata; refuses flags that contradict it."""
+    if not args.resume:
+        return None, {}
+    resume = on_lead(lambda: load_checkpoint(args.resume))
+    tmeta: dict[str, Any] = resume.meta.get("training", {})
+    if not tmeta:
+        raise CheckpointError(f"{args.resume}: holds no training state to resume (saved by nc.save?)")
+    for flag, key in (("arch", "architecture"), ("optimizer", "optimizer_name")):
+        given = getattr(args, flag)
+        if given is not None and given != tmeta[key]:
+            raise CheckpointError(f"{args.resume}: was trained with --{flag} {tmeta[key]!r}, "
+                                  f"cannot resume with --{flag} {given!r}")
+    for flag, key in (("batch_size", "batch_size"), ("seed", "seed")):
+        given = getattr(args, flag)
+        if given is not None and given != tmeta[key]:
+            raise CheckpointError(f"{args.resume}: was trained with --{flag.replace('_', '-')} "
+                                  f"{tmeta[key]}, cannot resume with {given}")
+    return resume, tmeta
+
+
+def _new_optimizer(args: Any, opt_name: str, net: Sequential, recipe: dict[str, Any]) -> Optimizer:
+    default_lr = recipe["adam_lr"] if opt_name == "adam" else DEFAULT_LR[opt_name]
+    kwargs: dict[str, Any] = {"lr": args.lr or default_lr, "weight_decay": args.weight_decay}
+    if opt_name == "sgd":
+        kwargs.update(momentum=0.9 if args.momentum is None else args.momentum, nesterov=args.nesterov)
+    elif opt_name == "rmsprop":
+        kwargs.update(momentum=args.momentum or 0.0)
+    elif args.momentum is not None:
+        raise UsageError("--momentum does not apply to adam")
+    return make_optimizer(opt_name, net, **kwargs)
+
+
+def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConfig:
+    """The run that the parsed ``args`` ask for (``on_lead(load)``: load a checkpoint once, on
+    the rank that reads files, and hand it to every rank)."""
+    resume, tmeta = _resume_meta(args, on_lead)
+    seed = tmeta.get("seed", 0 if args.seed is None else args.seed)
+    arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
+    opt_name = tmeta.get("optimizer_name", args.optimizer or "adam")
+    test_size = tmeta.get("test_size", args.test_size)
+    val_size = tmeta.get("val_size", args.val_size)
+
+    ds = load_data(args, seed, test_size)
+    fingerprint = data_fingerprint(ds.x_train, ds.y_train)
+    if resume and tmeta.get("data_fingerprint", fingerprint) != fingerprint:
+        raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
+                              f"({len(ds.y_train)} training images of shape {ds.input_shape}); "
+                              f"resume with the same --data, --test-size and seed")
+    recipe = RECIPES["digits" if ds.name == "digits" else "other"]
+    epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
+    batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
+    x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
+    if val_size > 0:
+        x_tr, x_val, y_tr, y_val = stratified_split(x_tr, y_tr, val_size, seed)
+
+    if resume:
+        net = resume.net.to(args.device)
+        check_shapes(net, ds, args.resume)
+        opt_info = resume.optimizer or {}
+        opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
+        opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
+    else:
+        net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed).to(args.device)
+        opt = _new_optimizer(args, opt_name, net, recipe)
+    schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
+    return RunConfig(ds, arch, opt_name, seed, test_size, val_size, epochs, batch_size, schedule,
+                     fingerprint, x_tr, y_tr, x_val, y_val, net, opt,
+                     tmeta["trainer"] if resume else None)

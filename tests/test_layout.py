@@ -1,0 +1,74 @@
+"""The layers of the house (docs/architecture.md): kernels are arithmetic only, the core does not
+import what sits above it, and no module rewrites another module's attributes."""
+import ast
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PKG = os.path.join(ROOT, "numbacnn")
+
+
+def _modules(folder):
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                with open(path) as fh:
+                    yield os.path.relpath(path, ROOT), ast.parse(fh.read())
+
+
+def _imported(tree, rel):
+    """Absolute module names a file imports (relative imports resolved against its package)."""
+    package = os.path.dirname(rel).replace(os.sep, ".")
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_kernels_hold_no_classes_and_import_nothing_above_them():
+    above = ("numbacnn.backend", "numbacnn.layers", "numbacnn.network", "numbacnn.program",
+             "numbacnn.training", "numbacnn.optimizers")
+    for rel, tree in _modules(os.path.join(PKG, "kernels")):
+        assert not any(isinstance(n, ast.ClassDef) for n in ast.walk(tree)), rel
+        bad = [m for m in _imported(tree, rel) if m.startswith(above)]
+        assert not bad, (rel, bad)
+
+
+def test_no_module_sets_another_module_s_attributes():
+    """``setattr`` on ``self`` only, and no ``module.name = ...`` on an imported module: a step is
+    what its code says, not what a patch made of it."""
+    for rel, tree in _modules(PKG):
+        modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                   for a in n.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+                target = node.args[0]
+                assert isinstance(target, ast.Name) and target.id == "self", (rel, node.lineno)
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                        assert t.value.id not in modules, (rel, node.lineno, t.value.id)
+
+
+def test_importing_the_model_imports_neither_benchmark_report_estimator_nor_sklearn():
+    code = ("import sys, numbacnn.network, numbacnn.training; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('numbacnn', 'sklearn')))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    for name in ("numbacnn.bench", "numbacnn.report", "numbacnn.analysis", "numbacnn.estimator",
+                 "numbacnn.cli", "sklearn"):
+        assert name not in out, name
+    assert "numbacnn.network" in out  # (the check itself ran)
