@@ -63,19 +63,23 @@ def source_stamp() -> str:
     return h.hexdigest()
 
 
+def _switched_off() -> bool:
+    """The user turned the tier off (NUMBACNN_PREBUILT=0) or asked numba for other code."""
+    return (os.environ.get("NUMBACNN_PREBUILT", "1") == "0"
+            or any(os.environ.get(name, "") not in ("", "0") for name in _OFF_WHEN_SET))
+
+
 def _host_level() -> str | None:
     """The level whose prebuilt kernels this process can run, or None (another OS or CPU family, a
     CPU without AVX2/FMA, switched off, or a numba code option set). ``NUMBACNN_PREBUILT`` is 1 (the
     default: the highest level the host has), 0 (off) or a level's name (at most that level: e.g.
     x86-64-v3 for 256-bit code on an AVX-512 host)."""
     choice = os.environ.get("NUMBACNN_PREBUILT", "1") or "1"
-    if choice == "0":
-        return None
     names = list(LEVELS)
-    if choice != "1" and choice not in LEVELS:
+    if choice not in ("0", "1") and choice not in LEVELS:
         raise ValueError(f"NUMBACNN_PREBUILT={choice!r}: expected 1 (the default), 0 (off) or one of "
                          f"{', '.join(names)}")
-    if any(os.environ.get(name, "") not in ("", "0") for name in _OFF_WHEN_SET):
+    if _switched_off():
         return None
     import llvmlite.binding as ll
 
@@ -212,7 +216,7 @@ NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run t
 def _notice_once() -> None:
     """One line on stderr when a kernel compiles because the shipped tier cannot serve this process
     (nothing when NUMBACNN_PREBUILT=0 or a numba code option turned it off on purpose)."""
-    if _state.get("noticed") or os.environ.get("NUMBACNN_PREBUILT", "1") == "0":
+    if _state.get("noticed") or _switched_off():
         return
     _state["noticed"] = True
     try:
@@ -221,8 +225,6 @@ def _notice_once() -> None:
         return
     level = info["level"]
     if level is None:
-        if any(os.environ.get(name, "") not in ("", "0") for name in _OFF_WHEN_SET):
-            return
         why = "no prebuilt kernels for this platform or CPU: they are x86-64 Linux with AVX2 and FMA"
     elif not info.get(level, {}).get("current"):
         why = "the shipped kernels are older than the kernel sources: python dev/build_prebuilt.py"

@@ -56,7 +56,6 @@ class StepProgram:
         self.dlogits = be.empty((batch, n_classes), np.float32)
         self.losses = be.empty((batch,), np.float64)
         self.stats = be.empty((2,), np.float64)  # mean loss, correct count
-        self.logits: Any = None
         self.calls: list[Call] | None = None
         self._compiled: list[Call] = []  # the calls with their compiled entry points
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
@@ -107,6 +106,5 @@ class StepProgram:
             logits = self._run()
         if not (isinstance(logits, np.ndarray) and logits.flags.c_contiguous):  # pragma: no cover
             raise RuntimeError("this step cannot be replayed: the logits are no bound contiguous buffer")
-        self.logits = logits
         self.calls = calls
         self._compiled = [(entry_point(f, args), args) for f, args in calls]

@@ -177,3 +177,35 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
     monkeypatch.setattr(_config, "KERNEL_OPT", 2)
     monkeypatch.setattr(_config, "FASTMATH", {"nsz", "reassoc", "contract"})
     assert prebuilt.source_stamp() != base
+
+
+NOTICE = r"""
+import numpy as np
+from numbacnn.kernels import cpu as K
+x = np.zeros(3, np.float32)
+K.relu_forward(x, x)
+K.tanh_forward(x, x)
+"""
+
+
+@needs_level
+@pytest.mark.parametrize("switch, expected", [("1", 1), ("0", 0)])
+def test_compiling_because_the_tier_cannot_serve_says_so_in_one_line(tmp_path, switch, expected):
+    """A kernel file edited after the build (the shipped tier is stale): the first compile says so,
+    once however many kernels compile; nothing when the user turned the tier off."""
+    import shutil
+
+    copy = tmp_path / "pkg"
+    shutil.copytree(os.path.join(ROOT, "numbacnn"), copy / "numbacnn",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "numbacnn" / "kernels" / "cpu" / "activations.py", "a") as f:
+        f.write("\n# edited after the build\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBACNN_PREBUILT=switch,
+               PYTHONPATH=str(copy))
+    r = subprocess.run([sys.executable, "-c", NOTICE], env=env, cwd=str(copy), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("numbacnn: compiling kernels")]
+    assert len(lines) == expected, r.stderr
+    if expected:
+        assert "older than the kernel sources" in lines[0]

@@ -77,16 +77,6 @@ class CpuConvPlan(ConvPlan):
         return (ws.buf("gmask", (self.slots, m)),
                 ws.buf("gidx", (self.slots, m + y[0, 0].size if pool else 1), np.int32))
 
-    def plane_argmax(self, ws: Workspace, pool: Pair) -> np.ndarray:
-        """The fused (PKH, PKW) pool's argmax (N, Co, PH, PW) as flat indices oy * OW + ox into the
-        conv's output plane (the kernels store offsets inside the window, _conv_epilogue.marked)."""
-        a = ws["pool_argmax"].astype(np.int64)
-        ky, kx = np.divmod(np.where(a >= 0, a, -1 - a), pool[1])
-        ph, pw = a.shape[2:]
-        ow = self.geometry.out_hw(*ws["x"].shape[2:])[1]
-        oy = np.arange(ph)[:, None] * pool[0] + ky
-        return oy * ow + np.arange(pw)[None, :] * pool[1] + kx
-
 
 def group_size(g: ConvGeometry, rows: int, n: int) -> int:
     """Examples per GEMM in the backward of the "wide" and "positions" plans, for ``rows`` GEMM
