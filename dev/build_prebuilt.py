@@ -40,8 +40,10 @@ def workloads() -> None:
         ("mlp", (1, 8, 8)), ("conv(8,3,stride=2),tanh,avgpool(2),conv(12,5,stride=2,padding=2),relu,"
                              "maxpool(3,stride=2,padding=1),dense(10),tanh,dropout(0.3)", (3, 20, 20)),
         ("conv(6,3),relu,maxpool(3,stride=1),conv(8,3,stride=2),relu,maxpool(2,stride=1),dense(6)",
-         (2, 12, 12)))]
+         (2, 12, 12)), ("modern", (1, 28, 28)), ("resnet8", (3, 32, 32)),
+        ("conv(4,3),bn,tanh,gap,dense(8),bn,relu,dense(8),bn", (1, 8, 8)))]
     optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
+                  lambda n: nc.AdamW(n, lr=1e-3),
                   lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
                   lambda n: nc.SGD(n, lr=0.01), lambda n: nc.RMSProp(n, lr=1e-3),
                   lambda n: nc.RMSProp(n, lr=1e-3, momentum=0.9, centered=True)]
@@ -51,7 +53,9 @@ def workloads() -> None:
         for i, make_opt in enumerate(optimizers):
             net = nc.build_network(spec, shape, 10, seed=0)
             trainer = nc.Trainer(net, make_opt(net), batch_size=8, seed=0, progress=False,
-                                 step_programs=i % 2 == 0)
+                                 step_programs=i % 2 == 0, lr_schedule="onecycle" if i < 2 else "constant",
+                                 augment="shift:2,flip" if i % 3 == 0 else None,
+                                 label_smoothing=0.1 if i == 1 else 0.0)
             trainer.fit(x, y, 1, x, y)
         nc.evaluate(net, x, y)
         net.forward(x, training=False)

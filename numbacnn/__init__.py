@@ -1,12 +1,27 @@
 """numbacnn: a Numba-compiled CNN trainer for multicore CPUs."""
 from ._config import get_num_threads, set_num_threads
 from .arch import PRESETS, ArchitectureError, build_network, parse_architecture
+from .augment import Augment
 from .checkpoint import CheckpointError, load, load_checkpoint, save
 from .data import DataError, Dataset, load_dataset
-from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
+from .layers import (
+    AvgPool2D,
+    BatchNorm1D,
+    BatchNorm2D,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2D,
+    Layer,
+    MaxPool2D,
+    ReLU,
+    Residual,
+    Tanh,
+)
 from .network import Sequential, softmax_cross_entropy
 from .onnx_export import export_onnx
-from .optimizers import SGD, Adam, Optimizer, RMSProp, make_optimizer
+from .optimizers import SGD, Adam, AdamW, Optimizer, RMSProp, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 
 __version__ = "0.1.0"
@@ -27,4 +42,5 @@ __all__ = [
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
+    "AdamW", "Augment", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Residual",
 ]

@@ -9,7 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Tanh
+from .layers import (
+    AvgPool2D,
+    BatchNorm1D,
+    BatchNorm2D,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2D,
+    Layer,
+    MaxPool2D,
+    ReLU,
+    Residual,
+    Tanh,
+)
 from .network import Sequential
 
 PRESETS: dict[str, str] = {
@@ -23,6 +37,16 @@ PRESETS: dict[str, str] = {
     "mnistcnn": "conv(32,3),relu,maxpool(2),conv(64,3),relu,maxpool(2),dense(128),relu",
     "lenet5": "conv(6,5),relu,maxpool(2),conv(16,5),relu,maxpool(2),dense(120),relu",
     "mlp": "dense(256),relu,dense(128),relu",
+    # a current small CNN (docs/modern.md): four 3x3 convs with BatchNorm, two pools, dense 128
+    "modern": "conv(32,3,padding=same),bn,relu,conv(32,3,padding=same),bn,relu,maxpool(2),"
+              "conv(64,3,padding=same),bn,relu,conv(64,3,padding=same),bn,relu,maxpool(2),"
+              "dense(128),relu,dropout(0.25)",
+    # MLPerf Tiny's image-classification ResNet-8: a stem and three residual stages (16, 32, 64
+    # channels; the 2nd and 3rd halve the resolution, with 1x1 projection shortcuts), global pooling
+    "resnet8": "conv(16,3,padding=same),bn,relu,"
+               "res(conv(16,3,padding=same),bn,relu,conv(16,3,padding=same),bn),relu,"
+               "res(conv(32,3,stride=2,padding=1),bn,relu,conv(32,3,padding=same),bn),relu,"
+               "res(conv(64,3,stride=2,padding=1),bn,relu,conv(64,3,padding=same),bn),relu,gap",
 }
 DEFAULT_ARCH = "auto"
 
@@ -43,7 +67,11 @@ _GRAMMAR: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "tanh": ((), {}),
     "dropout": (("p",), {"p": 0.5}),
     "flatten": ((), {}),
+    "bn": (("eps", "momentum"), {"eps": 1e-5, "momentum": 0.1}),
+    "gap": ((), {}),
+    "res": ((), {}),  # res(layer, layer, ...): a residual block around those layers
 }
+_ALIASES = {"batchnorm": "bn", "globalavgpool": "gap"}
 _TOKEN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.S)
 
 
@@ -103,6 +131,17 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
         if not m:
             raise ArchitectureError(f"cannot parse {where}: expected name or name(args)")
         kind, argtext = m.group(1).lower(), m.group(2)
+        kind = _ALIASES.get(kind, kind)
+        if kind == "res":
+            if argtext is None or not argtext.strip():
+                raise ArchitectureError(f"res needs the layers of its body at {where}, "
+                                        f"e.g. res(conv(16,3,padding=same),bn,relu)")
+            try:
+                body = parse_architecture(argtext)
+            except ArchitectureError as e:
+                raise ArchitectureError(f"in the residual block at {where}: {e}") from None
+            out.append(LayerSpec("res", {"body": body}, token.strip()))
+            continue
         if kind not in _GRAMMAR:
             raise ArchitectureError(f"unknown layer {kind!r} at {where}; known layers: "
                                     f"{', '.join(_GRAMMAR)} (or a preset: auto, {', '.join(PRESETS)})")
@@ -148,7 +187,17 @@ def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_cl
     specs = parse_architecture(resolve_preset(spec, input_shape)) if isinstance(spec, str) else spec
     if not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
         raise ArchitectureError(f"need at least 2 classes, got {n_classes!r}")
-    shape = tuple(int(s) for s in input_shape)
+    layers, shape = _build(specs, tuple(int(s) for s in input_shape), adapt)
+    if len(shape) == 3:
+        layers.append(Flatten())
+        shape = layers[-1].output_shape(shape)
+    layers.append(Dense(shape[0], int(n_classes)))
+    return layers
+
+
+def _build(specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool
+           ) -> tuple[list[Layer], tuple[int, ...]]:
+    """The layers of ``specs`` on per-example input ``shape``, and their output shape."""
     layers: list[Layer] = []
     for ls in specs:
         a = ls.args
@@ -187,16 +236,41 @@ def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_cl
                 layers.append(Tanh())
             elif ls.kind == "dropout":
                 layers.append(Dropout(a["p"]))
+            elif ls.kind == "bn":
+                bn = BatchNorm2D if len(shape) == 3 else BatchNorm1D
+                layers.append(bn(shape[0], eps=a["eps"], momentum=a["momentum"]))
+            elif ls.kind == "gap":
+                if len(shape) != 3:
+                    raise ArchitectureError(f"gap after flatten/dense at {where}")
+                layers.append(GlobalAvgPool2D())
+            elif ls.kind == "res":
+                layers.append(_residual(a["body"], shape, adapt, where))
             shape = layers[-1].output_shape(shape)
         except ArchitectureError:
             raise
         except (ValueError, TypeError) as e:
             raise ArchitectureError(f"at {where} (input {shape}): {e}") from None
-    if len(shape) == 3:
-        layers.append(Flatten())
-        shape = layers[-1].output_shape(shape)
-    layers.append(Dense(shape[0], int(n_classes)))
-    return layers
+    return layers, shape
+
+
+def _residual(body_specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool, where: str) -> Residual:
+    """A residual block; where the body changes the (C, H, W) shape, the shortcut is a projection:
+    a 1x1 convolution with the stride that maps the input grid onto the output's, then BatchNorm."""
+    body, out = _build(body_specs, shape, adapt)
+    if out == shape:
+        return Residual(body)
+    if len(out) != 3 or len(shape) != 3:
+        raise ArchitectureError(f"the residual block at {where} maps {shape} to {out}: no projection "
+                                f"shortcut for that (keep the body convolutional)")
+    stride = []
+    for ax in (1, 2):
+        s = -(-shape[ax] // out[ax])
+        if (shape[ax] - 1) // s + 1 != out[ax]:
+            raise ArchitectureError(f"the residual block at {where} maps {shape} to {out}: no 1x1 "
+                                    f"strided projection gives that shape")
+        stride.append(s)
+    short = [Conv2D(shape[0], out[0], 1, stride=(stride[0], stride[1])), BatchNorm2D(out[0])]
+    return Residual(body, short)
 
 
 def _adapt_conv(shape, k, s, p):

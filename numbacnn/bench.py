@@ -103,32 +103,69 @@ class _Ours:
 
 
 def torch_twin(net):
-    """A ``torch.nn.Sequential`` computing what the numbacnn ``net`` computes, with its weights."""
+    """A ``torch.nn.Sequential`` computing what the numbacnn ``net`` computes, with its weights
+    (and running statistics)."""
     import torch
 
-    from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Tanh
-
     nn = torch.nn
-    simple = {ReLU: nn.ReLU, Tanh: nn.Tanh, Flatten: nn.Flatten}
-    mods = []
-    for layer in net.layers:
-        if isinstance(layer, Conv2D):
-            mods.append(nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
-                                  layer.padding))
-        elif isinstance(layer, Dense):
-            mods.append(nn.Linear(layer.in_features, layer.out_features))
-        elif isinstance(layer, (MaxPool2D, AvgPool2D)):
-            pool = nn.MaxPool2d if isinstance(layer, MaxPool2D) else nn.AvgPool2d
-            mods.append(pool(layer.kernel_size, layer.stride, layer.padding))
-        elif isinstance(layer, Dropout):
-            mods.append(nn.Dropout(layer.p))
-        elif type(layer) in simple:
-            mods.append(simple[type(layer)]())
-        else:
-            raise TypeError(f"no PyTorch twin for {layer!r}")
-    twin = nn.Sequential(*mods)
-    twin.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})
+    twin = nn.Sequential(*[_torch_module(layer, nn) for layer in net.layers])
+    twin.load_state_dict({k: torch.from_numpy(v).reshape(twin.state_dict()[k].shape)
+                          for k, v in net.state_dict().items()})
     return twin
+
+
+def _torch_module(layer, nn):
+    """The torch module of one numbacnn layer (the twin of ``torch_twin``)."""
+    from .layers import (
+        AvgPool2D,
+        BatchNorm1D,
+        BatchNorm2D,
+        Conv2D,
+        Dense,
+        Dropout,
+        Flatten,
+        GlobalAvgPool2D,
+        MaxPool2D,
+        ReLU,
+        Residual,
+        Tanh,
+    )
+
+    simple = {ReLU: nn.ReLU, Tanh: nn.Tanh, Flatten: nn.Flatten}
+    if isinstance(layer, Conv2D):
+        return nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
+                         layer.padding)
+    if isinstance(layer, Dense):
+        return nn.Linear(layer.in_features, layer.out_features)
+    if isinstance(layer, (MaxPool2D, AvgPool2D)):
+        pool = nn.MaxPool2d if isinstance(layer, MaxPool2D) else nn.AvgPool2d
+        return pool(layer.kernel_size, layer.stride, layer.padding)
+    if isinstance(layer, Dropout):
+        return nn.Dropout(layer.p)
+    if isinstance(layer, BatchNorm2D):
+        bn = nn.BatchNorm1d if isinstance(layer, BatchNorm1D) else nn.BatchNorm2d
+        return bn(layer.num_features, eps=layer.eps, momentum=layer.momentum)
+    if isinstance(layer, GlobalAvgPool2D):
+        return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    if isinstance(layer, Residual):
+        return _torch_residual(nn)([_torch_module(sub, nn) for sub in layer.body],
+                                   None if layer.shortcut is None
+                                   else [_torch_module(sub, nn) for sub in layer.shortcut])
+    if type(layer) in simple:
+        return simple[type(layer)]()
+    raise TypeError(f"no PyTorch twin for {layer!r}")
+
+
+def _torch_residual(nn):
+    class Residual(nn.Module):
+        def __init__(self, body, shortcut):
+            super().__init__()
+            self.body = nn.Sequential(*body)
+            self.shortcut = nn.Sequential(*shortcut) if shortcut is not None else nn.Identity()
+
+        def forward(self, x):
+            return self.body(x) + self.shortcut(x)
+    return Residual
 
 
 class _Torch:

@@ -135,8 +135,10 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
     net.input_shape = tuple(meta["input_shape"]) if meta.get("input_shape") else None
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     for k, v in params.items():
-        if v.dtype != np.float32:
-            raise CheckpointError(f"{path}: parameter {k!r} has dtype {v.dtype}, expected float32")
+        want = np.int64 if k.endswith("num_batches_tracked") else np.float32
+        if v.dtype != want:
+            raise CheckpointError(f"{path}: parameter {k!r} has dtype {v.dtype}, expected "
+                                  f"{np.dtype(want).name}")
     try:
         net.load_state_dict(params)
     except ValueError as e:

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import _config
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError
+from .augment import Augment
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
 from .data import DataError, load_dataset
 from .device import DeviceError
@@ -31,7 +32,16 @@ from .runconfig import (  # noqa: F401
     data_fingerprint,
     load_data,
 )
-from .training import Callback, DivergenceError, Trainer, TrainingInterrupted, confusion_matrix, evaluate
+from .training import (
+    LR_SCHEDULES,
+    Callback,
+    DivergenceError,
+    EarlyStopping,
+    Trainer,
+    TrainingInterrupted,
+    confusion_matrix,
+    evaluate,
+)
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
@@ -57,6 +67,13 @@ def _number(kind, low: float, low_open: bool, high: float | None = None, high_op
     return parse
 
 
+def _augment(text: str) -> str:
+    try:
+        return str(Augment.parse(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train.py", description="Train a small CNN on MNIST-like data with numbacnn.")
     d = p.add_argument_group("data")
@@ -74,15 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
                    "'conv(32,3),relu,maxpool(2),dense(128),relu'")
     m.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="default adam")
     m.add_argument("--lr", type=_number(float, 0, True), default=None,
-                   help="learning rate (default: adam 0.002, sgd 0.05, rmsprop 0.001)")
+                   help="learning rate, the peak with onecycle (default: adam/adamw 0.002, sgd 0.05, "
+                   "rmsprop 0.001)")
     m.add_argument("--momentum", type=_number(float, 0, False), default=None,
                    help="momentum for sgd (default 0.9) and rmsprop (default 0)")
     m.add_argument("--nesterov", action="store_true", help="Nesterov momentum (sgd)")
-    m.add_argument("--weight-decay", type=_number(float, 0, False), default=0.0)
-    m.add_argument("--lr-schedule", choices=["constant", "cosine"], default=None,
-                   help="constant, or cosine annealing over the epochs (default: constant on "
-                   "digits, cosine otherwise)")
+    m.add_argument("--weight-decay", type=_number(float, 0, False), default=None,
+                   help="L2 weight decay (adamw: decoupled; default 0.01 for adamw, else 0)")
+    m.add_argument("--lr-schedule", choices=list(LR_SCHEDULES), default=None,
+                   help="constant, cosine annealing over the epochs, or onecycle (torch's "
+                   "OneCycleLR, per batch) (default: constant on digits, cosine otherwise)")
+    m.add_argument("--label-smoothing", type=_number(float, 0, False, 1, True), default=0.0,
+                   help="cross-entropy against smoothed targets (1-e) onehot + e/K (default 0)")
     t = p.add_argument_group("training")
+    t.add_argument("--augment", type=_augment, default=None, metavar="TERMS",
+                   help="per-batch augmentation of images: shift:N (random translations up to N "
+                   "pixels), crop:N (pad-and-crop, the same), flip (left-right; for natural images, "
+                   "not digits), comma-separated, e.g. crop:4,flip (default none)")
+    t.add_argument("--early-stopping", type=_number(int, 1, False), default=0, metavar="PATIENCE",
+                   help="stop when the validation loss has not improved for PATIENCE epochs and "
+                   "keep (and save) the best epoch's weights; needs --val-size")
     t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
                    help="default 16 on digits, 64 otherwise")
     t.add_argument("--epochs", type=_number(int, 1, False), default=None,
@@ -190,7 +218,9 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
             dp.broadcast_array(a)
         dp.compile_once(lambda: compile_step(net, cfg.x_tr))
     trainer = Trainer(net, opt, batch_size=cfg.batch_size, seed=cfg.seed, progress=not args.quiet and lead,
-                      lr_schedule=cfg.schedule, parallel=dp)
+                      lr_schedule=cfg.schedule, parallel=dp, augment=cfg.augment,
+                      label_smoothing=cfg.label_smoothing)
+    stopper = EarlyStopping(cfg.early_stopping) if cfg.early_stopping else None
     if cfg.trainer_state is not None:
         trainer.load_state(cfg.trainer_state)
     save_path = args.save or args.resume
@@ -231,7 +261,8 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
     t0 = time.perf_counter()
     try:
         trainer.fit(cfg.x_tr, cfg.y_tr, cfg.epochs, ds.x_test, ds.y_test, cfg.x_val, cfg.y_val,
-                    checkpoint=checkpoint, callbacks=[cb for cb in (first, board) if cb is not None])
+                    checkpoint=checkpoint,
+                    callbacks=[cb for cb in (first, board, stopper) if cb is not None])
     except TrainingInterrupted as e:
         where = f"; resumable checkpoint saved to {save_path}" if save_path else " (no --save given)"
         if lead:
@@ -247,6 +278,13 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         return 1
     wall = time.perf_counter() - t0
     final = trainer.history[-1] if trainer.history else {}
+    if stopper is not None and stopper.best_state is not None:  # the callback restored the best
+        final = next(s for s in trainer.history if s["epoch"] == stopper.best_epoch)
+        checkpoint(trainer)  # saves the best epoch's weights (every rank holds them)
+        if lead and not args.quiet:
+            why = "stopped early" if stopper.stopped else "finished"
+            print(f"early stopping: {why}; kept the weights of epoch {stopper.best_epoch} "
+                  f"(val loss {stopper.best:.4f})")
     if not args.quiet and lead:
         print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f} after "
               f"{trainer.epoch} epochs, {wall:.1f} s")

@@ -7,6 +7,7 @@ next call with the same batch size: copy them if you keep them (``Sequential`` d
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,9 @@ class Layer:
     the backend's workspace ``self._buffers``."""
 
     param_names: tuple[str, ...] = ()
+    # state that is not trained but saved (BatchNorm's running statistics): arrays of the layer's
+    # backend, in state_dict after the parameters, moved with the layer
+    buffer_names: tuple[str, ...] = ()
     name: str = ""  # set by Sequential to "layer i (Repr)"
 
     def __init__(self) -> None:
@@ -58,10 +62,30 @@ class Layer:
 
     @device.setter
     def device(self, device: str) -> None:
-        """Run on "cpu" or "cuda" from now on (buffers are dropped; parameters are bound by the caller)."""
-        self.backend = get_backend(device)
+        """Run on "cpu" or "cuda" from now on (workspaces are dropped, saved buffers such as running
+        statistics move along; parameters are bound by the caller)."""
+        old, new = self.backend, get_backend(device)
+        for k in self.buffer_names:
+            host = old.to_host(getattr(self, k))
+            moved = new.empty(host.shape, host.dtype)
+            new.write(moved, host)
+            setattr(self, k, moved)
+        self.backend = new
         self._buffers = self.backend.workspace()
         self.__dict__.pop("_plan", None)
+        for sub in self.sublayers():
+            sub.device = device
+
+    def sublayers(self) -> list[Layer]:
+        """The layers inside this one (a residual block's), in parameter order."""
+        return []
+
+    def named_buffers(self) -> dict[str, Any]:
+        """The saved non-parameter state by name ("running_mean", ...), as the layer's arrays."""
+        return {k: getattr(self, k) for k in self.buffer_names}
+
+    def fuse(self, enabled: bool) -> None:
+        """Set up the fusions inside this layer (a residual block's paths); see ``fuse_chain``."""
 
     # --- parameters ---------------------------------------------------------------------------
     def param_shapes(self) -> dict[str, Shape]:
@@ -153,8 +177,13 @@ class Layer:
                 setattr(self, "d" + k, np.zeros_like(state[k]))
 
     def get_config(self) -> dict[str, Any]:
-        """Constructor arguments: ``type(layer)(**layer.get_config())`` builds an equal layer."""
+        """Constructor arguments: ``type(layer).from_config(layer.get_config())`` builds an equal layer."""
         return {}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Layer:
+        """The layer for ``get_config()``'s dict (JSON lists become tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -554,13 +583,295 @@ class Flatten(Layer):
         return dy.reshape(self._in_shape) if need_dx else None
 
 
+class BatchNorm2D(Layer):
+    """Batch normalisation over (N, C, H, W) per channel, as ``torch.nn.BatchNorm2d``.
+
+    Training: normalises with the batch's mean and biased variance and updates ``running_mean``
+    and ``running_var`` (the unbiased variance) with ``momentum``; evaluation: normalises with the
+    running statistics. ``weight`` (ones) and ``bias`` (zeros) are trained; the running statistics
+    and ``num_batches_tracked`` are saved in ``state_dict`` under torch's names. In a Sequential a
+    following ReLU is applied inside this layer's kernels (``fused_relu``).
+    """
+
+    param_names = ("weight", "bias")
+    buffer_names = ("running_mean", "running_var", "num_batches_tracked")
+    spatial_dims: tuple[int, ...] = (2,)  # spatial axes of a per-example input: (C, H, W)
+    weight: Any
+    bias: Any
+    dweight: Any
+    dbias: Any
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        label = type(self).__name__
+        self.num_features = _positive_int(num_features, "num_features", label)
+        for what, v, lo in (("eps", eps, 0.0), ("momentum", momentum, 0.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > lo or (
+                    what == "momentum" and v > 1.0):
+                raise ValueError(f"{label}: {what} must be a number in "
+                                 f"{'(0, 1]' if what == 'momentum' else '(0, inf)'}, got {v!r}")
+        self.eps = float(eps)
+        self.momentum = float(momentum)
+        self.running_mean = np.zeros(self.num_features, np.float32)
+        self.running_var = np.ones(self.num_features, np.float32)
+        self.num_batches_tracked = np.zeros(1, np.int64)
+        self.fused_relu = False  # set by Sequential when a ReLU follows
+
+    def param_shapes(self) -> dict[str, Shape]:
+        return {"weight": (self.num_features,), "bias": (self.num_features,)}
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        self.weight[...] = 1.0
+        self.bias[...] = 0.0
+        for k, v in (("running_mean", 0), ("running_var", 1), ("num_batches_tracked", 0)):
+            buf = getattr(self, k)
+            self.backend.write(buf, np.full(buf.shape, v, buf.dtype))
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) - 1 not in self.spatial_dims or in_shape[0] != self.num_features:
+            want = {BatchNorm2D: "(N, {c}, H, W)", BatchNorm1D: "(N, {c}) or (N, {c}, L)"}[type(self)]
+            raise ValueError(f"{self._label()}: expected input of shape "
+                             f"{want.format(c=self.num_features)}, got (N, {', '.join(map(str, in_shape))})")
+        return in_shape
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        n, c, s = out_shape[0], self.num_features, math.prod(out_shape[2:])
+        if training and n * s < 2:
+            raise ValueError(f"{self._label()}: expected more than 1 value per channel when "
+                             f"training, got input of shape {tuple(out_shape)}")
+        be = self.backend
+        x3 = be.asarray(x).reshape(n, c, s)
+        y3 = self._buf("y", out_shape).reshape(n, c, s)
+        mean, invstd = self._buf("mean", (c,)), self._buf("invstd", (c,))
+        self._x, self._y, self._batch_stats = x3, y3, bool(training)
+        if training:
+            be.batchnorm_forward_train(y3, mean, invstd, self.running_mean, self.running_var,
+                                       self.num_batches_tracked, x3, self.weight, self.bias, self.eps,
+                                       self.momentum, self.fused_relu)
+        else:
+            be.batchnorm_forward_eval(y3, mean, invstd, x3, self.running_mean, self.running_var,
+                                      self.weight, self.bias, self.eps, self.fused_relu)
+        return self._buffers["y"]
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._in_shape or ())
+        n, c, s = self._x.shape
+        dx = self._buf("dx", self._input()) if need_dx else None
+        self.backend.batchnorm_backward(None if dx is None else dx.reshape(n, c, s), self.dweight,
+                                        self.dbias, dy.reshape(n, c, s), self._x, self._y,
+                                        self._buffers["mean"], self._buffers["invstd"], self.weight,
+                                        self.fused_relu, self._batch_stats)
+        return dx
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_y", None)
+        return state
+
+    def get_config(self) -> dict[str, Any]:
+        return {"num_features": self.num_features, "eps": self.eps, "momentum": self.momentum}
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v}" for k, v, d in (("eps", self.eps, 1e-5),
+                                                      ("momentum", self.momentum, 0.1)) if v != d)
+        return f"{type(self).__name__}({self.num_features}{extra})"
+
+
+class BatchNorm1D(BatchNorm2D):
+    """Batch normalisation of (N, C) features (or (N, C, L)) per feature, as ``torch.nn.BatchNorm1d``.
+    At batch 1 in training there is no variance to normalise by: a clear error, as torch's."""
+
+    spatial_dims: tuple[int, ...] = (0, 1)
+
+
+class GlobalAvgPool2D(Layer):
+    """(N, C, H, W) -> (N, C): the mean of each plane (``torch.nn.AdaptiveAvgPool2d(1)`` + flatten)."""
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3:
+            raise ValueError(f"{self._label()}: expected input of shape (N, C, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        return (in_shape[0],)
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        n, c, h, w = self._in_shape  # type: ignore[misc]
+        y = self._buf("y", out_shape)
+        self.backend.global_avgpool2d_forward(y, self.backend.asarray(x).reshape(n, c, h * w))
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        shape = self._input()
+        dy = self._check_grad(dy, shape[:2])
+        if not need_dx:
+            return None
+        dx = self._buf("dx", shape)
+        self.backend.global_avgpool2d_backward(dx.reshape(shape[0], shape[1], -1), dy)
+        return dx
+
+
+class Residual(Layer):
+    """A residual block: output = body(x) + shortcut(x), as in ResNets.
+
+    ``layers``: the body, applied in order; ``shortcut``: None for the identity, or layers (e.g. a
+    strided 1x1 Conv2D and a BatchNorm2D) where the body changes the shape. Both paths must give
+    the same shape. The gradient reaching x is the sum of both paths' input gradients. Parameter
+    names nest as torch's: "body.0.weight", "shortcut.0.weight", ...
+    """
+
+    def __init__(self, layers: Iterable[Layer], shortcut: Iterable[Layer] | None = None) -> None:
+        super().__init__()
+        self.body: list[Layer] = list(layers)
+        self.shortcut: list[Layer] | None = None if shortcut is None else list(shortcut)
+        if not self.body:
+            raise ValueError("Residual: the body needs at least one layer")
+        for where, path in (("body", self.body), ("shortcut", self.shortcut or [])):
+            for j, layer in enumerate(path):
+                if not isinstance(layer, Layer):
+                    raise ValueError(f"Residual: {where} item {j} is {type(layer).__name__}, "
+                                     f"not a numbacnn layer")
+        self.name = ""
+
+    def _paths(self) -> list[tuple[str, list[Layer]]]:
+        return [("body", self.body)] + ([("shortcut", self.shortcut)] if self.shortcut else [])
+
+    def sublayers(self) -> list[Layer]:
+        return self.body + (self.shortcut or [])
+
+    def _named(self) -> list[tuple[str, Layer]]:
+        return [(f"{p}.{j}", layer) for p, path in self._paths() for j, layer in enumerate(path)]
+
+    def set_name(self, name: str) -> None:
+        """Name this block and its layers ("layer 3 (...)", "layer 3.body.0 (Conv2D(...))")."""
+        self.name = name
+        head = name.split(" (")[0]
+        for key, layer in self._named():
+            if isinstance(layer, Residual):
+                layer.set_name(f"{head}.{key} ({layer!r})")
+            else:
+                layer.name = f"{head}.{key} ({layer!r})"
+
+    # --- parameters, buffers --------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, Shape]:
+        return {f"{key}.{p}": s for key, layer in self._named() for p, s in layer.param_shapes().items()}
+
+    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray],
+             net_views: bool = False) -> None:
+        for key, layer in self._named():
+            names = layer.param_shapes()
+            layer.bind({p: params[f"{key}.{p}"] for p in names},
+                       {p: grads[f"{key}.{p}"] for p in names}, net_views)
+        self._net_views = net_views
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        for layer in self.sublayers():
+            layer.reset_parameters(rng)
+
+    def named_buffers(self) -> dict[str, Any]:
+        return {f"{key}.{k}": v for key, layer in self._named() for k, v in layer.named_buffers().items()}
+
+    def fuse(self, enabled: bool) -> None:
+        for _, path in self._paths():
+            fuse_chain(path, enabled)
+
+    # --- computation --------------------------------------------------------------------------
+    def output_shape(self, in_shape: Shape) -> Shape:
+        shapes = []
+        for _, path in self._paths():
+            shape = in_shape
+            for layer in path:
+                shape = layer.output_shape(shape)
+            shapes.append(shape)
+        short = shapes[1] if self.shortcut else in_shape
+        if shapes[0] != short:
+            raise ValueError(f"{self._label()}: the body gives (N, {', '.join(map(str, shapes[0]))}) but "
+                             f"the shortcut gives (N, {', '.join(map(str, short))}); the paths must "
+                             f"agree (give the block a shortcut, e.g. a strided 1x1 conv)")
+        return shapes[0]
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        h = s = self.backend.asarray(x)
+        for layer in self.body:
+            h = layer.forward(h, training)
+        for layer in self.shortcut or []:
+            s = layer.forward(s, training)
+        y = self._buf("y", out_shape)
+        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1))
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        grads: list[Any] = []
+        for _, path in self._paths():
+            g: Any = dy
+            for j in range(len(path) - 1, -1, -1):
+                g = path[j].backward(g, need_dx=need_dx or j > 0)
+            grads.append(g)
+        if not need_dx:
+            return None
+        dx = self._buf("dx", self._input())
+        short = grads[1] if self.shortcut else dy
+        self.backend.add(dx.reshape(-1), grads[0].reshape(-1), short.reshape(-1))
+        return dx
+
+    def get_config(self) -> dict[str, Any]:
+        def configs(path):
+            return [[type(layer).__name__, layer.get_config()] for layer in path]
+        return {"layers": configs(self.body),
+                "shortcut": None if self.shortcut is None else configs(self.shortcut)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Layer:
+        short = config.get("shortcut")
+        return cls([layer_from_config(k, c) for k, c in config["layers"]],
+                   None if short is None else [layer_from_config(k, c) for k, c in short])
+
+    def __repr__(self) -> str:
+        s = f"Residual([{', '.join(map(repr, self.body))}]"
+        if self.shortcut is not None:
+            s += f", shortcut=[{', '.join(map(repr, self.shortcut))}]"
+        return s + ")"
+
+
+def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
+    """Fusions along a chain of layers (a Sequential's, or a residual path's): a Conv2D or a
+    BatchNorm applies the ReLU that follows it (the ReLU then passes through), and a Conv2D whose
+    plan can (``fuses_pool``) also a following non-overlapping, unpadded MaxPool2D (pooled in the
+    GEMM epilogue: the full-size activation is never written, read back or backpropagated
+    through). ``enabled=False`` undoes them all."""
+    for layer in layers:
+        if isinstance(layer, (Conv2D, BatchNorm2D)):
+            layer.fused_relu = False
+        if isinstance(layer, Conv2D):
+            layer.fused_pool = None
+        if isinstance(layer, (ReLU, MaxPool2D)):
+            layer.fused = False
+        layer.fuse(enabled)
+    if not enabled:
+        return
+    for i, layer in enumerate(layers[:-1]):
+        relu = layers[i + 1]
+        if not (isinstance(layer, (Conv2D, BatchNorm2D)) and isinstance(relu, ReLU)):
+            continue
+        layer.fused_relu = True
+        relu.fused = True
+        pool = layers[i + 2] if i + 2 < len(layers) else None
+        if (isinstance(layer, Conv2D) and layer.plan.fuses_pool and isinstance(pool, MaxPool2D)
+                and pool.padding == (0, 0) and pool.stride == pool.kernel_size
+                and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
+            layer.fused_pool = pool.kernel_size
+            pool.fused = True
+
+
 LAYER_TYPES: dict[str, type[Layer]] = {cls.__name__: cls for cls in (
-    Conv2D, MaxPool2D, AvgPool2D, Dense, ReLU, Tanh, Dropout, Flatten)}
+    Conv2D, MaxPool2D, AvgPool2D, Dense, ReLU, Tanh, Dropout, Flatten, BatchNorm2D, BatchNorm1D,
+    GlobalAvgPool2D, Residual)}
 
 
 def layer_from_config(kind: str, config: dict[str, Any]) -> Layer:
     """Rebuild a layer from its class name and ``get_config()`` (used by checkpoints)."""
     if kind not in LAYER_TYPES:
         raise ValueError(f"unknown layer type {kind!r}")
-    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-    return LAYER_TYPES[kind](**cfg)
+    return LAYER_TYPES[kind].from_config(config)

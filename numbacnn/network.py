@@ -10,7 +10,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .kernels import cpu as K
-from .layers import Conv2D, Dropout, Layer, MaxPool2D, ReLU, Shape
+from .layers import Dropout, Layer, Residual, Shape, fuse_chain
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 
@@ -33,7 +33,10 @@ class Sequential:
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, Layer):
                 raise ValueError(f"Sequential: item {i} is {type(layer).__name__}, not a numbacnn layer")
-            layer.name = f"layer {i} ({layer!r})"
+            if isinstance(layer, Residual):
+                layer.set_name(f"layer {i} ({layer!r})")
+            else:
+                layer.name = f"layer {i} ({layer!r})"
         # One flat buffer for parameters and one for gradients; every layer gets named views.
         self._slots: list[tuple[str, int, str, slice, Shape]] = []
         offset = 0
@@ -78,29 +81,8 @@ class Sequential:
         return self
 
     def _fuse(self, enabled: bool = True) -> None:
-        """Let each Conv2D apply the ReLU that follows it (the ReLU then passes through), and, where
-        its plan can (``fuses_pool``), also a following non-overlapping, unpadded MaxPool2D (pooled
-        in the GEMM epilogue: the full-size activation is never written, read back or
-        backpropagated through)."""
-        for layer in self.layers:
-            if isinstance(layer, Conv2D):
-                layer.fused_relu, layer.fused_pool = False, None
-            if isinstance(layer, (ReLU, MaxPool2D)):
-                layer.fused = False
-        if not enabled:
-            return
-        for i, layer in enumerate(self.layers[:-1]):
-            relu = self.layers[i + 1]
-            if not (isinstance(layer, Conv2D) and isinstance(relu, ReLU)):
-                continue
-            layer.fused_relu = True
-            relu.fused = True
-            pool = self.layers[i + 2] if i + 2 < len(self.layers) else None
-            if (layer.plan.fuses_pool and isinstance(pool, MaxPool2D)
-                    and pool.padding == (0, 0) and pool.stride == pool.kernel_size
-                    and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
-                layer.fused_pool = pool.kernel_size
-                pool.fused = True
+        """Set up the layers' fusions (``layers.fuse_chain``: conv/BatchNorm + ReLU (+ max pool))."""
+        fuse_chain(self.layers, enabled)
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):
@@ -244,18 +226,25 @@ class Sequential:
     def _views(self, flat: Any) -> dict[str, Any]:
         return {key: flat[sl].reshape(shape) for key, _, _, sl, shape in self._slots}
 
+    def _buffer_views(self) -> dict[str, Any]:
+        """The layers' saved non-parameter state (BatchNorm's running statistics) by torch name."""
+        return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
+                for k, v in layer.named_buffers().items()}
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters, named and shaped as in ``torch.nn.Sequential``."""
-        return {k: np.array(self.backend.to_host(v)) for k, v in self._views(self.params).items()}
+        """Copies of the parameters, then of the saved buffers (BatchNorm's running statistics),
+        named and shaped as in ``torch.nn.Sequential``."""
+        views = {**self._views(self.params), **self._buffer_views()}
+        return {k: np.array(self.backend.to_host(v)) for k, v in views.items()}
 
     def grad_dict(self) -> dict[str, np.ndarray]:
         """Copies of the last backward's parameter gradients, same names as ``state_dict``."""
         return {k: np.array(self.backend.to_host(v)) for k, v in self._views(self.grads).items()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Copy parameters in; every key must be present with the right shape (nothing is changed
-        unless all of them match)."""
-        views = self._views(self.params)
+        """Copy parameters and buffers in; every key must be present with the right shape (nothing
+        is changed unless all of them match)."""
+        views = {**self._views(self.params), **self._buffer_views()}
         missing = sorted(set(views) - set(state))
         unexpected = sorted(set(state) - set(views))
         if missing or unexpected:
@@ -264,12 +253,12 @@ class Sequential:
         arrays = {}
         for key, view in views.items():
             a = np.asarray(state[key])
-            if a.shape != view.shape:
+            if a.shape != view.shape and not (a.ndim == 0 and view.shape == (1,)):  # torch's counter
                 raise ValueError(f"state dict entry {key!r} has shape {a.shape}, the network "
                                  f"expects {view.shape}")
             if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
                 raise ValueError(f"state dict entry {key!r} has dtype {a.dtype}, expected float32")
-            arrays[key] = a
+            arrays[key] = a.reshape(view.shape)
         for key, a in arrays.items():
             self.backend.write(views[key], a)
 
@@ -278,8 +267,8 @@ class Sequential:
         return f"Sequential(\n{inner}\n)"
 
 
-def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None
-                          ) -> tuple[float, np.ndarray]:
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,
+                          label_smoothing: float = 0.0) -> tuple[float, np.ndarray]:
     """Mean softmax cross-entropy over the batch and its gradient with respect to the logits.
 
     Parameters
@@ -288,6 +277,8 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.n
     y : (N,) integer labels in [0, K)
     sample_weight : (N,) non-negative weights, or None: the loss is then the weighted mean
         sum(w_i * l_i) / sum(w_i)
+    label_smoothing : float in [0, 1)
+        Targets (1 - eps) * onehot + eps / K, as ``torch.nn.functional.cross_entropy``.
 
     Returns
     -------
@@ -304,11 +295,12 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.n
     n_classes = logits.shape[1]
     if y.min() < 0 or y.max() >= n_classes:
         raise ValueError(f"labels must lie in [0, {n_classes}), got range [{y.min()}, {y.max()}]")
+    check_label_smoothing(label_smoothing)
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     dlogits = np.empty_like(logits)
     losses = np.empty(logits.shape[0], np.float64)
     y = y.astype(np.int64, copy=False)
-    K.softmax_cross_entropy(dlogits, losses, logits, y)
+    K.softmax_cross_entropy(dlogits, losses, logits, y, float(label_smoothing))
     if sample_weight is None:  # the mean as a recorded step (numbacnn/program.py) sums it
         stats = np.empty(2, np.float64)
         K.step_stats(stats, losses, logits, y)
@@ -319,3 +311,10 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.n
     # the kernel's rows are (p - onehot) / N: scale row i by w_i * N / sum(w)
     dlogits *= (w * (len(w) / w.sum())).astype(np.float32)[:, None]
     return float((w * losses).sum() / w.sum()), dlogits
+
+
+def check_label_smoothing(eps: Any) -> float:
+    """eps as a float, or a ValueError naming it unless 0 <= eps < 1."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0.0 <= eps < 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1), got {eps!r}")
+    return float(eps)

@@ -2,7 +2,9 @@
 API (the [onnx] extra; never needed at import).
 
 Every layer maps to its standard operator: Conv (strides, pads), MaxPool, AveragePool (counting the
-zero padding, as the layer does), Gemm, Relu, Tanh, Flatten; Dropout disappears (inference). Weights
+zero padding, as the layer does), Gemm, Relu, Tanh, Flatten, BatchNormalization (running
+statistics), GlobalAveragePool + Flatten, and a residual block's paths joined by Add; Dropout
+disappears (inference). Weights
 keep their ``state_dict`` names. A network's graph takes "input" (N, C, H, W) float32 and returns
 "logits" (N, K). An estimator's graph takes the rows the estimator takes, flattened to (N, C*H*W)
 float32 features, applies its scaling and reshape, and returns "probabilities" (N, K) equal to
@@ -16,7 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from .layers import AvgPool2D, Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+from .layers import (
+    AvgPool2D,
+    BatchNorm2D,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2D,
+    MaxPool2D,
+    ReLU,
+    Residual,
+    Tanh,
+)
 from .network import Sequential
 
 EXTRA = "pip install numbacnn[onnx]"
@@ -43,40 +57,61 @@ def _pads(p: tuple[int, int]) -> list[int]:
 
 def _network_nodes(net: Sequential, x: str, onnx: Any) -> tuple[list, list, str]:
     """ONNX nodes and initializers computing net on tensor ``x``; returns (nodes, inits, output)."""
-    nodes, inits = [], []
-    weights = net.state_dict()
-    h = _Helpers(onnx)
-    for i, layer in enumerate(net.layers):
-        out = f"h{i}"
+    nodes: list = []
+    inits: list = []
+    out = _chain(net.layers, "", x, net.state_dict(), _Helpers(onnx), nodes, inits)
+    return nodes, inits, out
+
+
+def _chain(layers: list, prefix: str, x: str, weights: dict[str, np.ndarray], h: _Helpers, nodes: list,
+           inits: list) -> str:
+    """Append the nodes of ``layers`` (state_dict names ``prefix + "i."``) applied to ``x``;
+    returns the output's name."""
+    for i, layer in enumerate(layers):
+        key = f"{prefix}{i}"
+        tag = key.replace(".", "_")
+        out = f"h{tag}"
+
+        def init(*names: str, key: str = key) -> list[str]:
+            inits.extend(h.from_array(weights[f"{key}.{n}"], f"{key}.{n}") for n in names)
+            return [f"{key}.{n}" for n in names]
         if isinstance(layer, Conv2D):
-            inits += [h.from_array(weights[f"{i}.weight"], f"{i}.weight"),
-                      h.from_array(weights[f"{i}.bias"], f"{i}.bias")]
-            nodes.append(h.make_node("Conv", [x, f"{i}.weight", f"{i}.bias"], [out], name=f"conv{i}",
+            nodes.append(h.make_node("Conv", [x, *init("weight", "bias")], [out], name=f"conv{tag}",
                                      kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
                                      pads=_pads(layer.padding)))
         elif isinstance(layer, Dense):
-            inits += [h.from_array(weights[f"{i}.weight"], f"{i}.weight"),
-                      h.from_array(weights[f"{i}.bias"], f"{i}.bias")]
-            nodes.append(h.make_node("Gemm", [x, f"{i}.weight", f"{i}.bias"], [out], name=f"dense{i}",
+            nodes.append(h.make_node("Gemm", [x, *init("weight", "bias")], [out], name=f"dense{tag}",
                                      transB=1))
+        elif isinstance(layer, BatchNorm2D):  # BatchNorm1D too: ONNX takes (N, C) and (N, C, L)
+            nodes.append(h.make_node("BatchNormalization",
+                                     [x, *init("weight", "bias", "running_mean", "running_var")], [out],
+                                     name=f"batchnorm{tag}", epsilon=layer.eps))
         elif isinstance(layer, (MaxPool2D, AvgPool2D)):
             kw: dict[str, Any] = dict(kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
                                       pads=_pads(layer.padding))
             if isinstance(layer, AvgPool2D):
                 kw["count_include_pad"] = 1
             op = "MaxPool" if isinstance(layer, MaxPool2D) else "AveragePool"
-            nodes.append(h.make_node(op, [x], [out], name=f"pool{i}", **kw))
+            nodes.append(h.make_node(op, [x], [out], name=f"pool{tag}", **kw))
+        elif isinstance(layer, GlobalAvgPool2D):
+            nodes.append(h.make_node("GlobalAveragePool", [x], [f"{out}_4d"], name=f"gap{tag}"))
+            nodes.append(h.make_node("Flatten", [f"{out}_4d"], [out], name=f"gap{tag}_flatten", axis=1))
+        elif isinstance(layer, Residual):
+            body = _chain(layer.body, f"{key}.body.", x, weights, h, nodes, inits)
+            short = x if layer.shortcut is None else _chain(layer.shortcut, f"{key}.shortcut.", x,
+                                                             weights, h, nodes, inits)
+            nodes.append(h.make_node("Add", [body, short], [out], name=f"residual{tag}"))
         elif isinstance(layer, (ReLU, Tanh)):
             op = "Relu" if isinstance(layer, ReLU) else "Tanh"
-            nodes.append(h.make_node(op, [x], [out], name=f"act{i}"))
+            nodes.append(h.make_node(op, [x], [out], name=f"act{tag}"))
         elif isinstance(layer, Flatten):
-            nodes.append(h.make_node("Flatten", [x], [out], name=f"flatten{i}", axis=1))
+            nodes.append(h.make_node("Flatten", [x], [out], name=f"flatten{tag}", axis=1))
         elif isinstance(layer, Dropout):
             continue  # identity at inference
         else:
             raise ValueError(f"no ONNX operator for {layer!r}")
         x = out
-    return nodes, inits, x
+    return x
 
 
 def to_onnx(model: Any) -> Any:

@@ -148,17 +148,31 @@ class Adam(Optimizer):
         s = self.state
         self.backend.adam_update(self.net.params, self.net.grads, s["exp_avg"], s["exp_avg_sq"], self.lr,
                                  self.betas[0], self.betas[1], self.eps, self.weight_decay,
-                                 self.step_count)
+                                 self.step_count, self.decoupled)
+
+    decoupled = False  # weight decay as L2 in the gradient (Adam) or as weight shrinking (AdamW)
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam}
+class AdamW(Adam):
+    """Adam with decoupled weight decay (torch.optim.AdamW): each step first shrinks the weights by
+    lr * weight_decay, and the decay never enters the moment estimates. torch's default decay 0.01."""
+
+    name = "adamw"
+    decoupled = True
+
+    def __init__(self, net: Sequential, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+        super().__init__(net, lr, betas, eps, weight_decay)
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam, "adamw": AdamW}
 
 
 def make_optimizer(name: str, net: Sequential, **kwargs: Any) -> Optimizer:
-    """Build an optimizer by name ("sgd", "rmsprop", "adam")."""
+    """Build an optimizer by name ("sgd", "rmsprop", "adam", "adamw")."""
     key = str(name).lower()
     if key not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")

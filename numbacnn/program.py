@@ -44,8 +44,10 @@ class StepProgram:
     steps replay (a profiler can time them one by one).
     """
 
-    def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...]) -> None:
+    def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...], label_smoothing: float = 0.0
+                 ) -> None:
         self.net = net
+        self.label_smoothing = float(label_smoothing)
         self.params = net.params  # the program is bound to these parameter (and gradient) buffers
         self.backend = be = net.backend
         self.replays = be.name == "cpu"
@@ -60,8 +62,10 @@ class StepProgram:
         self._compiled: list[Call] = []  # the calls with their compiled entry points
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
-    def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[float, int]:
-        self._gather(x, y, idx)
+    def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray,
+             moves: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
+        """``moves``: the batch's augmentation (``Augment.draw``), applied as it is gathered."""
+        self._gather(x, y, idx, moves)
         if not self.replays:
             self._run()
             stats = self.backend.to_host(self.stats)
@@ -74,8 +78,22 @@ class StepProgram:
             stats = self.stats
         return float(stats[0]), int(stats[1])
 
-    def _gather(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> None:
-        """The batch x[idx], y[idx] into the step's input buffers."""
+    def _gather(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray,
+                moves: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """The batch x[idx], y[idx] (moved by ``moves``) into the step's input buffers."""
+        from . import augment
+
+        if moves is not None:
+            if not self.replays:
+                xb, yb = augment.augmented(x, y, idx, moves)
+                self.backend.write(self.x, xb)
+                self.backend.write(self.y, yb)
+            elif (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
+                    and idx.dtype == np.int64):
+                augment.gather(self.x, self.y, x, y, idx, moves)
+            else:
+                self.x[...], self.y[...] = augment.augmented(x, y, idx, moves)
+            return
         if not self.replays:
             self.backend.write(self.x, x[idx])
             self.backend.write(self.y, y[idx])
@@ -95,7 +113,7 @@ class StepProgram:
         """Forward, loss, statistics and backward through the layers; returns the logits."""
         be, net = self.backend, self.net
         h = net.through(self.x, training=True)
-        be.softmax_cross_entropy(self.dlogits, self.losses, h, self.y)
+        be.softmax_cross_entropy(self.dlogits, self.losses, h, self.y, self.label_smoothing)
         be.step_stats(self.stats, self.losses, h, self.y)
         net.through_backward(self.dlogits, need_input_grad=False)
         net._can_backward = True

@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 
 from .arch import DEFAULT_ARCH, build_network
+from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
 from .data import Dataset, load_dataset, stratified_split
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
 
 DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
+DEFAULT_WEIGHT_DECAY = {"adamw": 0.01}  # torch's defaults; the others 0
 # Recipes for flags left unset: the embedded digits (8x8, 1,437 training images) like small batches
 # and more epochs; MNIST-sized data gets the usual batch 64.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -76,6 +78,9 @@ class RunConfig:
     net: Sequential
     opt: Optimizer
     trainer_state: dict[str, Any] | None  # the checkpoint's Trainer.state() when resuming
+    augment: str = "none"
+    label_smoothing: float = 0.0
+    early_stopping: int = 0  # patience in epochs; 0: off
 
     def checkpoint_meta(self, trainer_state: dict[str, Any]) -> dict[str, Any]:
         """The ``training`` metadata a checkpoint stores, for ``--resume``."""
@@ -83,7 +88,8 @@ class RunConfig:
                 "epochs": self.epochs, "test_size": self.test_size, "val_size": self.val_size,
                 "batch_size": self.batch_size, "dataset": self.ds.name,
                 "data_fingerprint": self.fingerprint, "trainer": trainer_state,
-                "lr_schedule": self.schedule}
+                "lr_schedule": self.schedule, "augment": self.augment,
+                "label_smoothing": self.label_smoothing, "early_stopping": self.early_stopping}
 
 
 def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tuple[Any, dict[str, Any]]:
@@ -108,14 +114,15 @@ def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tupl
 
 
 def _new_optimizer(args: Any, opt_name: str, net: Sequential, recipe: dict[str, Any]) -> Optimizer:
-    default_lr = recipe["adam_lr"] if opt_name == "adam" else DEFAULT_LR[opt_name]
-    kwargs: dict[str, Any] = {"lr": args.lr or default_lr, "weight_decay": args.weight_decay}
+    default_lr = recipe["adam_lr"] if opt_name in ("adam", "adamw") else DEFAULT_LR[opt_name]
+    wd = DEFAULT_WEIGHT_DECAY.get(opt_name, 0.0) if args.weight_decay is None else args.weight_decay
+    kwargs: dict[str, Any] = {"lr": args.lr or default_lr, "weight_decay": wd}
     if opt_name == "sgd":
         kwargs.update(momentum=0.9 if args.momentum is None else args.momentum, nesterov=args.nesterov)
     elif opt_name == "rmsprop":
         kwargs.update(momentum=args.momentum or 0.0)
     elif args.momentum is not None:
-        raise UsageError("--momentum does not apply to adam")
+        raise UsageError(f"--momentum does not apply to {opt_name}")
     return make_optimizer(opt_name, net, **kwargs)
 
 
@@ -152,6 +159,17 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
         net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed).to(args.device)
         opt = _new_optimizer(args, opt_name, net, recipe)
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
+    moves = Augment.parse(tmeta.get("augment", args.augment))
+    augment = str(moves) if moves is not None else "none"
+    if moves is not None:
+        try:
+            moves.check(ds.input_shape)
+        except ValueError as e:
+            raise UsageError(f"--augment: {e}") from None
+    smoothing = tmeta.get("label_smoothing", args.label_smoothing)
+    patience = tmeta.get("early_stopping", args.early_stopping)
+    if patience and val_size <= 0:
+        raise UsageError("--early-stopping needs validation data: give --val-size (e.g. 0.1)")
     return RunConfig(ds, arch, opt_name, seed, test_size, val_size, epochs, batch_size, schedule,
                      fingerprint, x_tr, y_tr, x_val, y_val, net, opt,
-                     tmeta["trainer"] if resume else None)
+                     tmeta["trainer"] if resume else None, augment, smoothing, patience)

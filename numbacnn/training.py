@@ -15,12 +15,37 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .network import Sequential, softmax_cross_entropy
+from . import augment as aug
+from .augment import Augment
+from .network import Sequential, check_label_smoothing, softmax_cross_entropy
 from .optimizers import Optimizer
 from .program import StepProgram
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
+
+
+LR_SCHEDULES = ("constant", "cosine", "onecycle")
+
+
+def onecycle(step: int, total: int, max_lr: float, pct_start: float = 0.3, div_factor: float = 25.0,
+             final_div_factor: float = 1e4, momenta: tuple[float, float] = (0.85, 0.95)
+             ) -> tuple[float, float]:
+    """(lr, momentum) of step ``step`` (0-based) of ``total`` under torch's OneCycleLR (cosine
+    annealing, two phases): lr rises from max_lr / div_factor to max_lr over the first pct_start
+    of the steps and falls to max_lr / div_factor / final_div_factor at the last; the momentum
+    moves the other way between momenta[1] and momenta[0]."""
+    initial = max_lr / div_factor
+    phases = [(float(pct_start * total) - 1, initial, max_lr, momenta[1], momenta[0]),
+              (float(total - 1), max_lr, initial / final_div_factor, momenta[0], momenta[1])]
+    start = 0.0
+    for i, (end, lr0, lr1, m0, m1) in enumerate(phases):
+        if step <= end or i == len(phases) - 1:
+            pct = (step - start) / (end - start)
+            cos = math.cos(math.pi * pct) + 1
+            return lr1 + (lr0 - lr1) / 2.0 * cos, m1 + (m0 - m1) / 2.0 * cos
+        start = end
+    raise AssertionError  # pragma: no cover
 
 
 class DivergenceError(RuntimeError):
@@ -84,6 +109,44 @@ class Callback:
         """After the last epoch (not after an interruption or an error)."""
 
 
+class EarlyStopping(Callback):
+    """Stop when the validation loss (``monitor``) has not improved for ``patience`` epochs, and
+    put back the weights (and BatchNorm statistics) of the best epoch at the end. Needs validation
+    data in ``fit`` (``x_val``, ``y_val``). ``best_epoch`` and ``best`` tell what was kept."""
+
+    def __init__(self, patience: int, monitor: str = "val_loss", min_delta: float = 0.0,
+                 restore_best: bool = True) -> None:
+        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
+            raise ValueError(f"early stopping: patience must be a positive integer, got {patience!r}")
+        if monitor not in ("val_loss", "val_accuracy"):
+            raise ValueError(f"early stopping: monitor must be 'val_loss' or 'val_accuracy', got {monitor!r}")
+        self.patience, self.monitor, self.min_delta = int(patience), monitor, float(min_delta)
+        self.restore_best = restore_best
+        self.best: float | None = None
+        self.best_epoch = 0
+        self.best_state: dict[str, np.ndarray] | None = None
+        self.stopped = False
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        self.stopped = False
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
+        if self.monitor not in stats:
+            raise ValueError("early stopping needs validation data (x_val, y_val; --val-size)")
+        value = stats[self.monitor]
+        sign = 1.0 if self.monitor == "val_loss" else -1.0
+        if self.best is None or sign * (self.best - value) > self.min_delta:
+            self.best, self.best_epoch = value, stats["epoch"]
+            self.best_state = trainer.net.state_dict()
+        elif stats["epoch"] - self.best_epoch >= self.patience:
+            trainer.stop_training = self.stopped = True
+        stats["best_epoch"] = self.best_epoch
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        if self.restore_best and self.best_state is not None:
+            trainer.net.load_state_dict(self.best_state)
+
+
 @contextmanager
 def _stop_on_signals(trainer: Trainer):
     """Turn SIGINT/SIGTERM into a flag checked between steps (main thread only)."""
@@ -114,9 +177,18 @@ class Trainer:
         Show a tqdm bar per epoch and a summary line per epoch.
     shuffle : bool
         Visit the examples in a new random order every epoch (else in order).
-    lr_schedule : "constant" or "cosine"
+    lr_schedule : "constant", "cosine" or "onecycle"
         "cosine" anneals the learning rate from its initial value towards 0 over the epochs of
-        ``fit``: epoch e (0-based) of E uses lr * (1 + cos(pi * e / E)) / 2.
+        ``fit``: epoch e (0-based) of E uses lr * (1 + cos(pi * e / E)) / 2. "onecycle" is
+        ``torch.optim.lr_scheduler.OneCycleLR`` with its defaults, stepped per batch over all the
+        steps of ``fit``, with the optimizer's lr as max_lr: a cosine warm-up from max_lr / 25 over
+        30 % of the steps, then a cosine anneal to max_lr / 25e4; SGD's momentum (when > 0) and
+        Adam's beta1 cycle inversely between 0.95 and 0.85.
+    augment : str, Augment or None
+        Per-batch augmentation of image batches ("shift:2", "crop:4,flip"; see ``Augment``), drawn
+        from ``seed``, the epoch and the step.
+    label_smoothing : float
+        Cross-entropy against targets (1 - eps) * onehot + eps / K (torch's ``label_smoothing``).
     parallel : numbacnn.distributed.DataParallel or None
         MPI data parallelism: each rank backpropagates its share of every (global) batch.
     step_programs : bool
@@ -127,11 +199,15 @@ class Trainer:
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
                  progress: bool = True, log: Callable[[str], None] | None = None,
                  shuffle: bool = True, lr_schedule: str = "constant",
-                 parallel: DataParallel | None = None, step_programs: bool = True) -> None:
-        if lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
+                 parallel: DataParallel | None = None, step_programs: bool = True,
+                 augment: str | Augment | None = None, label_smoothing: float = 0.0) -> None:
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
         self.base_lr = optimizer.lr
+        self.augment = Augment.parse(augment)
+        self.label_smoothing = check_label_smoothing(label_smoothing)
+        self.seed = int(seed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
         self.net = net
@@ -166,7 +242,7 @@ class Trainer:
         return {"epoch": self.epoch, "step": self._step, "rng": self.rng.bit_generator.state,
                 "epoch_rng": self._epoch_rng_state, "partial": dict(self._partial),
                 "history": self.history, "batch_size": self.batch_size, "base_lr": self.base_lr,
-                "lr_schedule": self.lr_schedule}
+                "lr_schedule": self.lr_schedule, "seed": self.seed}
 
     def load_state(self, st: dict[str, Any]) -> None:
         self.epoch = int(st["epoch"])
@@ -177,6 +253,7 @@ class Trainer:
         self.history = list(st["history"])
         self.base_lr = float(st.get("base_lr", self.base_lr))
         self.lr_schedule = st.get("lr_schedule", self.lr_schedule)
+        self.seed = int(st.get("seed", self.seed))
 
     # --- training --------------------------------------------------------------------------------
     def train_epoch(self, x: np.ndarray, y: np.ndarray, total_epochs: int | None = None,
@@ -207,6 +284,8 @@ class Trainer:
             for step in range(self._step, n_steps):
                 t0 = time.perf_counter()
                 idx = order[step * self.batch_size:(step + 1) * self.batch_size]
+                if self.lr_schedule == "onecycle":
+                    self._onecycle(self.epoch * n_steps + step, (total_epochs or 1) * n_steps)
                 if self.parallel is None:
                     loss_sum, correct, seen = self._local_step(x, y, idx, step, sample_weight)
                 else:
@@ -237,6 +316,22 @@ class Trainer:
                 "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
                 "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
 
+    def _onecycle(self, step: int, total: int) -> None:
+        """Set the optimizer's lr (and momentum or beta1) for global step ``step`` of ``total``."""
+        opt = self.optimizer
+        lr, momentum = onecycle(step, total, self.base_lr)
+        opt.lr = lr
+        if hasattr(opt, "betas"):
+            opt.betas = (momentum, opt.betas[1])
+        elif getattr(opt, "momentum", 0.0) > 0.0:
+            opt.momentum = momentum  # type: ignore[attr-defined]
+
+    def _moves(self, idx: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The augmentation of this step's examples (None without augmentation)."""
+        if self.augment is None:
+            return None
+        return self.augment.draw(self.seed, self.epoch, step, len(idx))
+
     def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """One optimizer step on the whole batch (x, y), taken as ``fit`` takes its steps (on the
         CPU recorded once per batch shape, then replayed); returns the batch's mean loss and
@@ -255,17 +350,22 @@ class Trainer:
     def _local_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int,
                     sample_weight: np.ndarray | None = None) -> tuple[float, int, int]:
         """One step of one process; returns the batch's loss sum, correct count and size."""
+        moves = self._moves(idx, step)
+        if moves is not None:
+            self.augment.check(x.shape[1:])  # type: ignore[union-attr]
         program = self._program(x, y, idx) if sample_weight is None else None
         if program is not None:
-            loss, correct = program.step(x, y, idx)
+            loss, correct = program.step(x, y, idx, moves)
             if not math.isfinite(loss):
                 raise self._diverged(loss, step)
             self.optimizer.step()
             return loss * len(idx), correct, len(idx)
         xb, yb = x[idx], y[idx]
+        if moves is not None:
+            xb = aug.augmented(x, y, idx, moves)[0]
         logits = self.net.forward(xb, training=True)
         loss, dlogits = softmax_cross_entropy(logits, yb, None if sample_weight is None
-                                              else sample_weight[idx])
+                                              else sample_weight[idx], self.label_smoothing)
         if not math.isfinite(loss):
             raise self._diverged(loss, step)
         self.net.backward(dlogits, need_input_grad=False)
@@ -293,7 +393,8 @@ class Trainer:
         key = (len(idx), x.shape[1:])
         program = self._programs.get(key)
         if program is None or program.params is not self.net.params:
-            program = self._programs[key] = StepProgram(self.net, len(idx), x.shape[1:])
+            program = self._programs[key] = StepProgram(self.net, len(idx), x.shape[1:],
+                                                        self.label_smoothing)
         return program
 
     def _parallel_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
@@ -306,10 +407,14 @@ class Trainer:
         share = idx[lo:hi]
         self.net.set_batch_slice(lo, hi, len(idx), x.shape[1:])
         loss_sum, correct = 0.0, 0
+        moves = self._moves(idx, step)
         if len(share):
             xb, yb = x[share], y[share]
+            if moves is not None:  # this rank's rows of the global batch's moves
+                self.augment.check(x.shape[1:])  # type: ignore[union-attr]
+                xb = aug.augmented(x, y, share, (moves[0][lo:hi], moves[1][lo:hi]))[0]
             logits = self.net.forward(xb, training=True)
-            loss, dlogits = softmax_cross_entropy(logits, yb)
+            loss, dlogits = softmax_cross_entropy(logits, yb, label_smoothing=self.label_smoothing)
             dlogits *= np.float32(len(share) / len(idx))  # the gradient of the global mean
             self.net.backward(dlogits, need_input_grad=False)
             loss_sum, correct = loss * len(share), int((logits.argmax(1) == yb).sum())

@@ -94,7 +94,7 @@ def test_softmax_cross_entropy_and_dropout_kernels():
     y = rng.integers(0, 4, 5)
     loss, d = nc.softmax_cross_entropy(logits, y)
     dd, ll = cuda.device_array((5, 4), np.float32), cuda.device_array(5, np.float64)
-    KC.softmax_cross_entropy(dd, ll, cuda.to_device(logits), cuda.to_device(y))
+    KC.softmax_cross_entropy(dd, ll, cuda.to_device(logits), cuda.to_device(y), 0.0)
     assert ll.copy_to_host().mean() == pytest.approx(loss, rel=1e-6)
     np.testing.assert_allclose(dd.copy_to_host(), d, rtol=1e-5, atol=1e-7)
     mask = (rng.random(20) > 0.5).astype(np.float32) * 2
@@ -104,7 +104,7 @@ def test_softmax_cross_entropy_and_dropout_kernels():
     np.testing.assert_array_equal(out.copy_to_host(), x * mask)
 
 
-@pytest.mark.parametrize("opt", ["sgd", "rmsprop", "adam"])
+@pytest.mark.parametrize("opt", ["sgd", "rmsprop", "adam", "adamw"])
 def test_training_steps_match_across_devices(opt):
     """A few steps (fused conv+relu, pools, dropout, dense) on both devices give the same weights."""
     rng = np.random.default_rng(0)
@@ -172,3 +172,27 @@ def test_trainer_steps_on_the_device_match_the_cpu():
     assert a_gpu == a_cpu
     for k in w_cpu:
         np.testing.assert_allclose(w_gpu[k], w_cpu[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_modern_layers_and_recipe_train_the_same_on_both_devices():
+    """BatchNorm2D/1D (training and evaluation, running statistics), residual blocks with both
+    shortcut kinds, global pooling, label smoothing, one-cycle (SGD momentum cycling) and shifts: a
+    few Trainer steps on both devices give the same weights and statistics. (SGD: the conv biases
+    before BatchNorm have rounding noise for a gradient, which Adam would blow up to +-lr steps.)"""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 1, 5, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    spec = ("conv(2,3,padding=same),bn,relu,res(conv(2,3,padding=same),bn,relu),"
+            "res(conv(3,3,stride=2,padding=1),bn),relu,gap,dense(4),bn,tanh")
+    states, outs = [], []
+    for device in ("cpu", "cuda"):
+        net = nc.build_network(spec, (1, 5, 5), 3, seed=0).to(device)
+        opt = nc.SGD(net, lr=0.05, momentum=0.9, weight_decay=1e-3)
+        tr = nc.Trainer(net, opt, batch_size=4, progress=False, augment="shift:1,flip",
+                        lr_schedule="onecycle", label_smoothing=0.1)
+        tr.fit(x, y, 2)
+        states.append(net.state_dict())
+        outs.append(net.forward(x))
+    for k in states[0]:
+        np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-5)

@@ -135,15 +135,53 @@ def dense_backward(dout, x, w):
     return dout @ np.asarray(w, np.float64), dout.T @ np.asarray(x, np.float64), dout.sum(0)
 
 
-def softmax_cross_entropy(logits, y):
+def softmax_cross_entropy(logits, y, smoothing=0.0):
     z = np.asarray(logits, np.float64)
     z = z - z.max(axis=1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    n = len(y)
-    loss = -logp[np.arange(n), y].mean()
-    d = np.exp(logp)
-    d[np.arange(n), y] -= 1.0
-    return loss, d / n
+    n, k = logp.shape
+    target = np.full((n, k), smoothing / k)
+    target[np.arange(n), y] += 1.0 - smoothing
+    loss = -(target * logp).sum(axis=1).mean()
+    return loss, (np.exp(logp) - target) / n
+
+
+def batchnorm_forward(x, w, b, eps, training, running_mean, running_var, momentum=0.1):
+    """(y, new running mean, new running var) of batch normalisation over axis 1 of x, (N, C, ...)."""
+    x = np.asarray(x, np.float64)
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if training:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        m = x.size // x.shape[1]
+        rm = (1 - momentum) * running_mean + momentum * mean
+        rv = (1 - momentum) * running_var + momentum * var * m / (m - 1)
+    else:
+        mean, var = np.asarray(running_mean, np.float64), np.asarray(running_var, np.float64)
+        rm, rv = running_mean, running_var
+    xhat = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
+    return xhat * np.reshape(w, shape) + np.reshape(b, shape), rm, rv
+
+
+def global_avgpool(x):
+    return np.asarray(x, np.float64).mean(axis=(2, 3))
+
+
+def augment(x, idx, shifts, flips):
+    """The batch x[idx] with example i translated by shifts[i] = (dy, dx), zero fill, then
+    mirrored left-right where flips[i]."""
+    out = np.zeros((len(idx),) + x.shape[1:], x.dtype)
+    H, W = x.shape[2:]
+    for i, j in enumerate(idx):
+        dy, dx = shifts[i]
+        for r in range(H):
+            for q in range(W):
+                rs, qs = r - dy, q - dx
+                if 0 <= rs < H and 0 <= qs < W:
+                    out[i, :, r, q] = x[j, :, rs, qs]
+        if flips[i]:
+            out[i] = out[i, :, :, ::-1]
+    return out
 
 
 def sgd(p, g, buf, lr, momentum, dampening, wd, nesterov, first):
@@ -194,22 +232,37 @@ def _layer_forward(spec, h, p):
         return avgpool2d_forward(h, *spec[1:])
     if kind == "flatten":
         return h.reshape(h.shape[0], -1)
+    if kind == "bn":  # training mode: batch statistics
+        return batchnorm_forward(h, p[0], p[1], spec[1], True, 0.0, 1.0)[0]
+    if kind == "gap":
+        return global_avgpool(h)
+    if kind == "res":  # ("res", body specs, shortcut specs or None); p: the parameter iterator
+        out = h
+        for sub in spec[1]:
+            out = _layer_forward(sub, out, _layer_params(sub, p))
+        short = h
+        for sub in spec[2] or ():
+            short = _layer_forward(sub, short, _layer_params(sub, p))
+        return out + short
     raise ValueError(kind)
 
 
 def _layer_params(spec, it):
-    return (next(it), next(it)) if spec[0] in ("conv", "dense") else ()
+    if spec[0] == "res":
+        return it
+    return (next(it), next(it)) if spec[0] in ("conv", "dense", "bn") else ()
 
 
-def network_loss(layers_spec, params, x, y):
+def network_loss(layers_spec, params, x, y, smoothing=0.0):
     """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
-    K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) entries; params holds the
-    weights in state_dict order."""
+    K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("bn", eps) (training
+    mode) / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
+    state_dict order (parameters only)."""
     h = np.asarray(x, np.float64)
     it = iter(params)
     for spec in layers_spec:
         h = _layer_forward(spec, h, _layer_params(spec, it))
-    return softmax_cross_entropy(h, y)[0]
+    return softmax_cross_entropy(h, y, smoothing)[0]
 
 
 def network_gradients(layers_spec, params, x, y):

@@ -13,6 +13,9 @@ ARCHS = [
     "conv(4,3),relu,conv(16,5,padding=2),relu,maxpool(2),dense(10),tanh",  # positions, padded
     "conv(4,3,stride=2),relu,avgpool(2),dense(8),dropout(0.5)",  # gemm (strided), avg pool
     "conv(3,3),maxpool(3,stride=2),dense(6)",  # unfused overlapping max pool
+    # BatchNorm (+ fused ReLU), residual blocks (identity and projection), global pooling, BN1D
+    "conv(4,3,padding=same),bn,relu,res(conv(4,3,padding=same),bn,relu,conv(4,3,padding=same),bn),"
+    "relu,res(conv(8,3,stride=2,padding=1),bn),gap,dense(6),bn,relu",
 ]
 
 
@@ -28,7 +31,7 @@ def _fit(arch, optimizer, programs, epochs=2, n=23, batch=6, seed=3):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop", "adamw"])
 def test_replayed_steps_train_to_the_same_bits(arch, optimizer):
     # 23 examples in batches of 6: two recorded shapes (6 and the last batch of 5), each replayed
     tr, net, hist = _fit(arch, optimizer, True)

@@ -143,6 +143,34 @@ class Backend:
     def avgpool2d_backward(self, dx, dy, kernel: Pair, stride: Pair, padding: Pair) -> None:
         launch(self.kernels.avgpool2d_backward, dx, dy, *kernel, *stride, *padding)
 
+    def global_avgpool2d_forward(self, y, x) -> None:
+        """y (N, C) = plane means of x (N, C, S)."""
+        launch(self.kernels.global_avgpool2d_forward, y, x)
+
+    def global_avgpool2d_backward(self, dx, dy) -> None:
+        launch(self.kernels.global_avgpool2d_backward, dx, dy)
+
+    def batchnorm_forward_train(self, y, mean, invstd, running_mean, running_var, num_batches, x,
+                                weight, bias, eps: float, momentum: float, relu: bool) -> None:
+        """Arrays (N, C, S) and (C,): normalise with the batch statistics, update the running ones."""
+        launch(self.kernels.batchnorm_forward_train, y, mean, invstd, running_mean, running_var,
+               num_batches, x, weight, bias, eps, momentum, relu)
+
+    def batchnorm_forward_eval(self, y, mean, invstd, x, running_mean, running_var, weight, bias,
+                               eps: float, relu: bool) -> None:
+        launch(self.kernels.batchnorm_forward_eval, y, mean, invstd, x, running_mean, running_var,
+               weight, bias, eps, relu)
+
+    def batchnorm_backward(self, dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu: bool,
+                           batch_stats: bool) -> None:
+        """dx may be None (input gradient not needed)."""
+        launch(self.kernels.batchnorm_backward, dx if dx is not None else dy, dweight, dbias, dy, x, y,
+               mean, invstd, weight, relu, batch_stats, dx is not None)
+
+    def add(self, y, a, b) -> None:
+        """y = a + b, flat."""
+        launch(self.kernels.add, y, a, b)
+
     def dense_forward(self, y, x, w, b) -> None:
         launch(self.kernels.dense_forward, y, x, w, b)
 
@@ -178,13 +206,15 @@ class Backend:
         launch(self.kernels.rmsprop_update, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay,
                momentum, centered)
 
-    def adam_update(self, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step) -> None:
-        launch(self.kernels.adam_update, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step)
+    def adam_update(self, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled=False) -> None:
+        launch(self.kernels.adam_update, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step,
+               bool(decoupled))
 
     # --- loss -----------------------------------------------------------------------------------
-    def softmax_cross_entropy(self, dlogits, losses, logits, y) -> None:
-        """losses (N,) float64 per example and dlogits (N, K), the gradient of their mean."""
-        launch(self.kernels.softmax_cross_entropy, dlogits, losses, logits, y)
+    def softmax_cross_entropy(self, dlogits, losses, logits, y, smoothing: float = 0.0) -> None:
+        """losses (N,) float64 per example and dlogits (N, K), the gradient of their mean; with
+        ``smoothing``, against label-smoothed targets."""
+        launch(self.kernels.softmax_cross_entropy, dlogits, losses, logits, y, float(smoothing))
 
     def step_stats(self, stats, losses, logits, y) -> None:
         """stats (2,) float64: the mean of ``losses`` and the count of rows whose largest logit

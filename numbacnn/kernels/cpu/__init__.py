@@ -1,6 +1,7 @@
 """CPU kernels (numba njit, parallel over batch items or planes), one operation per module."""
 from ._util import sum_parts
 from .activations import (
+                          add,
                           dropout_backward,
                           dropout_forward,
                           relu_backward,
@@ -8,7 +9,8 @@ from .activations import (
                           tanh_backward,
                           tanh_forward,
 )
-from .batch import copy_strided, gather_batch, step_stats
+from .batch import copy_strided, gather_augment, gather_batch, step_stats
+from .batchnorm import batchnorm_backward, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
@@ -18,12 +20,16 @@ from .optim import adam_update, rmsprop_update, sgd_update
 from .pool import (
                           avgpool2d_backward,
                           avgpool2d_forward,
+                          global_avgpool2d_backward,
+                          global_avgpool2d_forward,
                           maxpool2d_backward,
                           maxpool2d_forward,
                           maxpool2d_forward_nopad,
 )
 
 __all__ = [
+    "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train", "gather_augment",
+    "global_avgpool2d_backward", "global_avgpool2d_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",

@@ -1,4 +1,5 @@
-"""Elementwise activations and dropout on flat float32 arrays, forward and backward.
+"""Elementwise activations, dropout and the sum of two arrays (residual blocks) on flat float32 arrays,
+forward and backward.
 
 Each prange iteration handles one block through slices indexed from 0 (see optim.py: a computed
 offset kept the loops from vectorising)."""
@@ -100,3 +101,16 @@ def dropout_forward(y, x, mask):
 def dropout_backward(dx, dy, mask):
     """dx = dy * mask. (M,) flat."""
     dropout_forward(dx, dy, mask)
+
+
+@kernel()
+def add(y, a, b):
+    """y = a + b (a residual block's output, and the sum of its two paths' input gradients).
+    (M,) flat."""
+    M = y.shape[0]
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        ys, as_, bs = y[lo:hi], a[lo:hi], b[lo:hi]
+        for i in range(hi - lo):
+            ys[i] = as_[i] + bs[i]

@@ -1,5 +1,7 @@
-"""Moving a step's data: a mini-batch gathered from the training set with its labels, and strided
-4-D copies (the weight layouts of the "positions" convolution plan)."""
+"""Moving a step's data: a mini-batch gathered from the training set with its labels (optionally
+shifted and flipped: data augmentation), and strided 4-D copies (the weight layouts of the
+"positions" convolution plan)."""
+import numpy as np
 from numba import prange
 
 from ..._config import kernel
@@ -15,6 +17,34 @@ def gather_batch(out, labels, x, y, idx):
         dst = out[i]
         for j in range(F):
             dst[j] = src[j]
+        labels[i] = y[idx[i]]
+
+
+@kernel(fastmath=False)
+def gather_augment(out, labels, x, y, idx, shifts, flips):
+    """out[i] = x[idx[i]] translated by shifts[i] = (dy, dx) pixels (out[i, c, r, q] =
+    x[idx[i], c, r - dy, q - dx], zero where that falls outside), then mirrored left-right where
+    flips[i]; labels[i] = y[idx[i]]. out: (B, C, H, W); x: (N, C, H, W); shifts: (B, 2) int64;
+    flips: (B,) bool; idx: (B,) integers in [0, N)."""
+    B, C, H, W = out.shape
+    zero = np.float32(0.0)
+    for i in prange(B):  # each iteration writes its own example
+        src = x[idx[i]]
+        dst = out[i]
+        sy, sx = shifts[i, 0], shifts[i, 1]
+        flip = flips[i]
+        for c in range(C):
+            for r in range(H):
+                row = dst[c, r]
+                rs = r - sy
+                if rs < 0 or rs >= H:
+                    for q in range(W):
+                        row[q] = zero
+                    continue
+                srow = src[c, rs]
+                for q in range(W):
+                    qs = (W - 1 - q if flip else q) - sx
+                    row[q] = srow[qs] if 0 <= qs < W else zero
         labels[i] = y[idx[i]]
 
 

@@ -6,15 +6,18 @@ from ..._config import kernel
 
 
 @kernel(fastmath=False)
-def softmax_cross_entropy(dlogits, losses, logits, y):
-    """losses[n] = -log softmax(logits[n])[y[n]]; dlogits = (softmax - onehot) / N.
+def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
+    """losses[n] = -sum_k t[n, k] log softmax(logits[n])[k] with the target t = (1 - smoothing) *
+    onehot(y[n]) + smoothing / K (``torch.nn.functional.cross_entropy(label_smoothing=)``);
+    dlogits = (softmax - t) / N.
 
     The 1/N of the batch mean enters here, once: parameter gradients are then plain sums over
     the examples of the batch, i.e. the mean of the per-example gradients.
-    dlogits, logits: (N, K); losses: (N,) float64; y: (N,) int64 in [0, K).
+    dlogits, logits: (N, K); losses: (N,) float64; y: (N,) int64 in [0, K); smoothing in [0, 1).
     """
     N, K = logits.shape
     inv_n = 1.0 / N
+    uniform = smoothing / K
     for n in prange(N):  # one example per iteration
         row = logits[n]
         m = row[0]
@@ -25,12 +28,16 @@ def softmax_cross_entropy(dlogits, losses, logits, y):
         for k in range(K):
             s += np.exp(np.float64(row[k] - m))
         log_s = np.log(s)
-        losses[n] = log_s - np.float64(row[y[n]] - m)
+        loss = (1.0 - smoothing) * (log_s - np.float64(row[y[n]] - m))
+        if smoothing != 0.0:
+            for k in range(K):
+                loss += uniform * (log_s - np.float64(row[k] - m))
+        losses[n] = loss
         d = dlogits[n]
         for k in range(K):
-            p = np.exp(np.float64(row[k] - m) - log_s)
+            p = np.exp(np.float64(row[k] - m) - log_s) - uniform
             if k == y[n]:
-                p -= 1.0
+                p -= 1.0 - smoothing
             d[k] = np.float32(p * inv_n)
 
 

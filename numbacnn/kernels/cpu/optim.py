@@ -74,12 +74,15 @@ def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay
 
 
 @kernel()
-def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
-    """Adam with bias correction and L2 weight decay (torch.optim.Adam). All arrays (M,) float32."""
+def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    """Adam with bias correction (torch.optim.Adam); weight decay added to the gradient (L2), or
+    with ``decoupled`` the weights shrunk by lr * weight_decay first (torch.optim.AdamW). All
+    arrays (M,) float32."""
     M = p.shape[0]
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
-    wd = np.float32(weight_decay)
+    wd = np.float32(0.0 if decoupled else weight_decay)
+    shrink = np.float32(1.0 - lr * weight_decay if decoupled else 1.0)
     bc1 = 1.0 - beta1 ** step
     bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
     step_size = np.float32(lr / bc1)
@@ -91,6 +94,7 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
         ps, gs, ms, vs = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
         for i in range(hi - lo):
             d = gs[i] + wd * ps[i]
+            ps[i] *= shrink
             mi = b1 * ms[i] + (np.float32(1.0) - b1) * d
             vi = b2 * vs[i] + (np.float32(1.0) - b2) * d * d
             ms[i] = mi

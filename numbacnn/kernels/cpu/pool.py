@@ -1,4 +1,4 @@
-"""Max pooling with an argmax cache, and average pooling (NCHW, float32).
+"""Max pooling with an argmax cache, average pooling and global average pooling (NCHW, float32).
 
 Parallel over (n, c) planes, so every iteration writes a disjoint plane and overlapping windows
 accumulate without races. Compiled without NaN-removing fast-math: NaN counts as the maximum.
@@ -282,3 +282,32 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
                 for iy in range(y_lo, y_hi):
                     for ix in range(x_lo, x_hi):
                         d[iy, ix] += g
+
+
+@kernel()
+def global_avgpool2d_forward(y, x):
+    """y[n, c] = the mean of the plane x[n, c]. y: (N, C); x: (N, C, S) with S = H*W."""
+    N, C, S = x.shape
+    inv = np.float32(1.0 / S)
+    for nc in prange(N * C):  # one plane per iteration
+        n = nc // C
+        c = nc % C
+        xs = x[n, c]
+        s = np.float32(0.0)
+        for i in range(S):
+            s += xs[i]
+        y[n, c] = s * inv
+
+
+@kernel()
+def global_avgpool2d_backward(dx, dy):
+    """dx[n, c, :] = dy[n, c] / S. dx: (N, C, S); dy: (N, C)."""
+    N, C, S = dx.shape
+    inv = np.float32(1.0 / S)
+    for nc in prange(N * C):  # one plane per iteration
+        n = nc // C
+        c = nc % C
+        g = dy[n, c] * inv
+        ds = dx[n, c]
+        for i in range(S):
+            ds[i] = g

@@ -6,6 +6,7 @@ has its own thread that gathers what it needs, so there are no partial sums to r
 Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUMBA_ENABLE_CUDASIM=1.
 """
 from .activations import (
+                          add,
                           dropout_backward,
                           dropout_forward,
                           relu_backward,
@@ -13,13 +14,23 @@ from .activations import (
                           tanh_backward,
                           tanh_forward,
 )
+from .batchnorm import batchnorm_backward, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy, step_stats
 from .optim import adam_update, rmsprop_update, sgd_update
-from .pool import avgpool2d_backward, avgpool2d_forward, maxpool2d_backward, maxpool2d_forward
+from .pool import (
+                   avgpool2d_backward,
+                   avgpool2d_forward,
+                   global_avgpool2d_backward,
+                   global_avgpool2d_forward,
+                   maxpool2d_backward,
+                   maxpool2d_forward,
+)
 
 __all__ = [
+    "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train",
+    "global_avgpool2d_backward", "global_avgpool2d_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
     "conv2d_forward_gather",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",

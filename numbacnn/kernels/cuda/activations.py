@@ -1,4 +1,4 @@
-"""Elementwise activations and dropout on flat device arrays."""
+"""Elementwise activations, dropout and the sum of two arrays on flat device arrays."""
 import math
 
 from numba import cuda
@@ -40,6 +40,17 @@ def _mul(out, a, mask):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = a[i] * mask[i]
+
+
+@cuda.jit
+def _add(y, a, b):
+    i = cuda.grid(1)
+    if i < y.size:
+        y[i] = a[i] + b[i]
+
+
+def add(y, a, b):
+    _add[grid(y.size)](y, a, b)
 
 
 def relu_forward(y, x):

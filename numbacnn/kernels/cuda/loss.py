@@ -20,24 +20,28 @@ def _max_and_sum(logits, n):
 
 
 @cuda.jit
-def _sce(dlogits, losses, logits, y):
+def _sce(dlogits, losses, logits, y, smoothing):
     N, K = logits.shape
     n = cuda.grid(1)
     if n >= N:
         return
     m, s = _max_and_sum(logits, n)
     log_s = math.log(s)
-    losses[n] = log_s - (logits[n, y[n]] - m)
+    uniform = smoothing / K
+    loss = (1.0 - smoothing) * (log_s - (logits[n, y[n]] - m))
     for k in range(K):
-        p = math.exp(logits[n, k] - m - log_s)
+        loss += uniform * (log_s - (logits[n, k] - m))
+    losses[n] = loss
+    for k in range(K):
+        p = math.exp(logits[n, k] - m - log_s) - uniform
         if k == y[n]:
-            p -= 1.0
+            p -= 1.0 - smoothing
         dlogits[n, k] = p / N
 
 
-def softmax_cross_entropy(dlogits, losses, logits, y):
-    """As the CPU kernel: per-example losses and the gradient of the batch mean."""
-    _sce[grid(logits.shape[0])](dlogits, losses, logits, y)
+def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
+    """As the CPU kernel: per-example (label-smoothed) losses and the gradient of the batch mean."""
+    _sce[grid(logits.shape[0])](dlogits, losses, logits, y, smoothing)
 
 
 @cuda.jit

@@ -42,11 +42,12 @@ def _rmsprop(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, mome
 
 
 @cuda.jit
-def _adam(p, g, m, v, step_size, beta1, beta2, eps, weight_decay, inv_bc2_sqrt):
+def _adam(p, g, m, v, step_size, beta1, beta2, eps, weight_decay, inv_bc2_sqrt, shrink):
     i = cuda.grid(1)
     if i >= p.size:
         return
     d = g[i] + weight_decay * p[i]
+    p[i] *= shrink
     mi = beta1 * m[i] + (1.0 - beta1) * d
     vi = beta2 * v[i] + (1.0 - beta2) * d * d
     m[i] = mi
@@ -63,7 +64,9 @@ def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay
                            centered)
 
 
-def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
     bc1 = 1.0 - beta1 ** step
     bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
-    _adam[grid(p.size)](p, g, m, v, lr / bc1, beta1, beta2, eps, weight_decay, 1.0 / bc2_sqrt)
+    shrink = 1.0 - lr * weight_decay if decoupled else 1.0
+    _adam[grid(p.size)](p, g, m, v, lr / bc1, beta1, beta2, eps, 0.0 if decoupled else weight_decay,
+                        1.0 / bc2_sqrt, shrink)

@@ -102,3 +102,35 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     _avg_backward[grid(dx.size)](dx, dout, KH, KW, SH, SW, PH, PW)
 
 
+
+
+@cuda.jit
+def _gap_forward(y, x):
+    N, C, S = x.shape
+    t = cuda.grid(1)
+    if t >= N * C:
+        return
+    n, c = t // C, t % C
+    s = 0.0
+    for i in range(S):
+        s += x[n, c, i]
+    y[n, c] = s / S
+
+
+@cuda.jit
+def _gap_backward(dx, dy):
+    N, C, S = dx.shape
+    t = cuda.grid(1)
+    if t >= N * C * S:
+        return
+    n, c, i = t // (C * S), (t // S) % C, t % S
+    dx[n, c, i] = dy[n, c] / S
+
+
+def global_avgpool2d_forward(y, x):
+    """y (N, C) = the mean of each plane of x (N, C, S)."""
+    _gap_forward[grid(y.size)](y, x)
+
+
+def global_avgpool2d_backward(dx, dy):
+    _gap_backward[grid(dx.size)](dx, dy)

@@ -1,0 +1,120 @@
+"""Batch normalisation of (N, C, S) float32 (S = H*W for BatchNorm2D, 1 for BatchNorm1D), forward in
+training and evaluation mode and backward, optionally with the ReLU that follows applied in place.
+
+One prange iteration per channel sums that channel's values in float64 in one fixed order (per
+example, then across examples), so the statistics do not depend on the thread count."""
+import numpy as np
+from numba import prange
+
+from ..._config import kernel
+
+
+@kernel()
+def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
+                            eps, momentum, relu):
+    """Normalise with the batch statistics; update the running ones as ``torch.nn.BatchNorm2d``.
+
+    y, x: (N, C, S); mean, invstd: (C,) float32, kept for the backward (biased variance);
+    running_mean, running_var: (C,) float32, updated in place with ``momentum`` (the running
+    variance takes the unbiased batch variance); num_batches: (1,) int64, incremented;
+    weight, bias: (C,). ``relu``: y = max(., 0) as well. Needs N * S >= 2.
+    """
+    N, C, S = x.shape
+    M = N * S
+    for c in prange(C):  # one channel per iteration: disjoint outputs
+        total = 0.0
+        for n in range(N):
+            xs = x[n, c]
+            part = 0.0
+            for i in range(S):
+                part += np.float64(xs[i])
+            total += part
+        mu = total / M
+        sq = 0.0
+        for n in range(N):
+            xs = x[n, c]
+            part = 0.0
+            for i in range(S):
+                d = np.float64(xs[i]) - mu
+                part += d * d
+            sq += part
+        var = sq / M
+        inv = 1.0 / np.sqrt(var + eps)
+        mean[c] = np.float32(mu)
+        invstd[c] = np.float32(inv)
+        running_mean[c] = np.float32((1.0 - momentum) * running_mean[c] + momentum * mu)
+        running_var[c] = np.float32((1.0 - momentum) * running_var[c] + momentum * var * M / (M - 1))
+        a = np.float32(weight[c] * inv)
+        b = np.float32(bias[c] - mu * weight[c] * inv)
+        _affine(y, x, c, a, b, relu)
+    num_batches[0] += 1
+
+
+@kernel()
+def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
+    """Normalise with the running statistics (evaluation mode). mean, invstd: (C,) float32, the
+    statistics used, kept for an inference-mode backward. Shapes as in the training forward."""
+    C = x.shape[1]
+    for c in prange(C):  # one channel per iteration: disjoint outputs
+        inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
+        mean[c] = running_mean[c]
+        invstd[c] = np.float32(inv)
+        a = np.float32(weight[c] * inv)
+        b = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
+        _affine(y, x, c, a, b, relu)
+
+
+@kernel(parallel=False)
+def _affine(y, x, c, a, b, relu):
+    """y[:, c] = a * x[:, c] + b, then max(., 0) when ``relu``."""
+    zero = np.float32(0.0)
+    for n in range(x.shape[0]):
+        xs, ys = x[n, c], y[n, c]
+        if relu:
+            for i in range(x.shape[2]):
+                v = a * xs[i] + b
+                ys[i] = v if v > zero else zero
+        else:
+            for i in range(x.shape[2]):
+                ys[i] = a * xs[i] + b
+
+
+@kernel()
+def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
+    """Gradients of a batch normalisation (with ``relu``: of the ReLU after it too, masked where
+    y <= 0). ``batch_stats``: the forward used the batch statistics (training), whose gradient
+    enters dx; else they were constants (evaluation). dx, dy, x, y: (N, C, S); dweight, dbias,
+    mean, invstd, weight: (C,). dx is written only when ``need_dx``."""
+    N, C, S = x.shape
+    M = N * S
+    zero = np.float32(0.0)
+    for c in prange(C):  # one channel per iteration: disjoint outputs
+        mu = mean[c]
+        g_sum = 0.0
+        gx_sum = 0.0  # sum of g * (x - mean)
+        for n in range(N):
+            xs, ys, gs = x[n, c], y[n, c], dy[n, c]
+            part, partx = 0.0, 0.0
+            for i in range(S):
+                g = gs[i]
+                if relu and not ys[i] > zero:
+                    g = zero
+                part += np.float64(g)
+                partx += np.float64(g) * np.float64(xs[i] - mu)
+            g_sum += part
+            gx_sum += partx
+        inv = np.float64(invstd[c])
+        dbias[c] = np.float32(g_sum)
+        dweight[c] = np.float32(gx_sum * inv)
+        if not need_dx:
+            continue
+        a = np.float32(weight[c] * inv)
+        b1 = np.float32(g_sum / M) if batch_stats else zero
+        b2 = np.float32(inv * inv * gx_sum / M) if batch_stats else zero
+        for n in range(N):
+            xs, ys, gs, ds = x[n, c], y[n, c], dy[n, c], dx[n, c]
+            for i in range(S):
+                g = gs[i]
+                if relu and not ys[i] > zero:
+                    g = zero
+                ds[i] = a * (g - b1 - (xs[i] - mu) * b2)

@@ -1,0 +1,120 @@
+"""Batch normalisation on the GPU, as the CPU kernels: one block per channel; its threads sum
+strided slices in float64 and a fixed tree adds them (the same order every run)."""
+import math
+
+from numba import config, cuda, float64
+
+# threads per block (a power of two: the tree reduction halves it); the simulator runs each thread
+# as a Python thread, so it gets narrow blocks (the same code and reduction tree, fewer leaves)
+_T = 8 if config.ENABLE_CUDASIM else 128
+
+
+@cuda.jit(device=True)
+def _block_sum(buf, v):
+    """The sum over the block's threads of v (each thread's own value), in a fixed tree order."""
+    t = cuda.threadIdx.x
+    buf[t] = v
+    cuda.syncthreads()
+    half = _T // 2
+    while half > 0:
+        if t < half:
+            buf[t] += buf[t + half]
+        cuda.syncthreads()
+        half //= 2
+    total = buf[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit
+def _forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias, eps,
+                   momentum, relu):
+    N, C, S = x.shape
+    M = N * S
+    c = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    buf = cuda.shared.array(_T, float64)
+    s = 0.0
+    for j in range(t, M, _T):
+        s += x[j // S, c, j % S]
+    mu = _block_sum(buf, s) / M
+    s = 0.0
+    for j in range(t, M, _T):
+        d = x[j // S, c, j % S] - mu
+        s += d * d
+    var = _block_sum(buf, s) / M
+    inv = 1.0 / math.sqrt(var + eps)
+    if t == 0:
+        mean[c] = mu
+        invstd[c] = inv
+        running_mean[c] = (1.0 - momentum) * running_mean[c] + momentum * mu
+        running_var[c] = (1.0 - momentum) * running_var[c] + momentum * var * M / (M - 1)
+        if c == 0:
+            num_batches[0] += 1
+    a = weight[c] * inv
+    b = bias[c] - mu * a
+    for j in range(t, M, _T):
+        v = a * x[j // S, c, j % S] + b
+        y[j // S, c, j % S] = 0.0 if relu and v < 0 else v
+
+
+@cuda.jit
+def _forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
+    N, C, S = x.shape
+    c = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    inv = 1.0 / math.sqrt(running_var[c] + eps)
+    if t == 0:
+        mean[c] = running_mean[c]
+        invstd[c] = inv
+    a = weight[c] * inv
+    b = bias[c] - running_mean[c] * a
+    for j in range(t, N * S, _T):
+        v = a * x[j // S, c, j % S] + b
+        y[j // S, c, j % S] = 0.0 if relu and v < 0 else v
+
+
+@cuda.jit
+def _backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
+    N, C, S = x.shape
+    M = N * S
+    c = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    buf = cuda.shared.array(_T, float64)
+    mu = mean[c]
+    s, sx = 0.0, 0.0
+    for j in range(t, M, _T):
+        n, i = j // S, j % S
+        g = 0.0 if relu and not y[n, c, i] > 0 else dy[n, c, i]
+        s += g
+        sx += g * (x[n, c, i] - mu)
+    g_sum = _block_sum(buf, s)
+    gx_sum = _block_sum(buf, sx)
+    inv = invstd[c]
+    if t == 0:
+        dbias[c] = g_sum
+        dweight[c] = gx_sum * inv
+    if not need_dx:
+        return
+    a = weight[c] * inv
+    b1 = g_sum / M if batch_stats else 0.0
+    b2 = inv * inv * gx_sum / M if batch_stats else 0.0
+    for j in range(t, M, _T):
+        n, i = j // S, j % S
+        g = 0.0 if relu and not y[n, c, i] > 0 else dy[n, c, i]
+        dx[n, c, i] = a * (g - b1 - (x[n, c, i] - mu) * b2)
+
+
+def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
+                            eps, momentum, relu):
+    _forward_train[x.shape[1], _T](y, mean, invstd, running_mean, running_var, num_batches, x, weight,
+                                   bias, eps, momentum, relu)
+
+
+def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
+    _forward_eval[x.shape[1], _T](y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu)
+
+
+def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
+    _backward[x.shape[1], _T](dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
+                              need_dx)
