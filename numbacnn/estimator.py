@@ -16,6 +16,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from . import _config
 from .arch import DEFAULT_ARCH, build_network
+from .augment import Augment
 from .data import stratified_split
 from .device import check_device
 from .optimizers import make_optimizer
@@ -106,6 +107,12 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         numba threads during fit/predict (None: all cores, or the OMP_NUM_THREADS limit that
         joblib's and Dask's worker processes set). The count used is ``n_threads_``.
     device : {"cpu", "cuda"}
+    augment : str or None
+        Per-batch augmentation of the images ("shift:2", "crop:4,flip"; see ``numbacnn.Augment``).
+    label_smoothing : float
+        Cross-entropy against targets (1 - eps) * onehot + eps / n_classes.
+    lr_schedule : {"constant", "cosine", "onecycle"}
+        Over ``max_epochs`` (see ``numbacnn.Trainer``; "onecycle" peaks at ``learning_rate``).
     """
 
     def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
@@ -114,7 +121,8 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
                  random_state: int | None = None, early_stopping: bool = False,
                  validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
                  class_weight: str | dict | None = None, warm_start: bool = False, verbose: int = 0,
-                 n_threads: int | None = None, device: str = "cpu") -> None:
+                 n_threads: int | None = None, device: str = "cpu", augment: str | None = None,
+                 label_smoothing: float = 0.0, lr_schedule: str = "constant") -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -133,6 +141,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.verbose = verbose
         self.n_threads = n_threads
         self.device = device
+        self.augment = augment
+        self.label_smoothing = label_smoothing
+        self.lr_schedule = lr_schedule
 
     # --- input handling -------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool, y=None):
@@ -173,7 +184,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     _parameter_constraints: dict = {
         "architecture": [str],
         "input_shape": [tuple, list, None],
-        "optimizer": [StrOptions({"sgd", "adam", "rmsprop"})],
+        "optimizer": [StrOptions({"sgd", "adam", "adamw", "rmsprop"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "momentum": [Interval(Real, 0, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -189,11 +200,15 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         "verbose": ["verbose"],
         "n_threads": [Interval(Integral, 1, None, closed="left"), None],
         "device": [StrOptions({"cpu", "cuda"})],
+        "augment": [str, None],
+        "label_smoothing": [Interval(Real, 0, 1, closed="left")],
+        "lr_schedule": [StrOptions({"constant", "cosine", "onecycle"})],
     }
 
     def _check_params(self) -> None:
         self._validate_params()  # scikit-learn's checks of _parameter_constraints
         check_device(self.device)
+        Augment.parse(self.augment)  # a ValueError naming a bad term
 
     def _example_weights(self, y: np.ndarray, sample_weight) -> np.ndarray | None:
         """Per-example weights (sample_weight x class_weight), or None when all are 1."""
@@ -226,7 +241,8 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
             kwargs["momentum"] = self.momentum
         self._optimizer = make_optimizer(self.optimizer, self.net_, **kwargs)
         self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size, seed=seed,
-                                progress=self.verbose > 0, shuffle=self.shuffle)
+                                progress=self.verbose > 0, shuffle=self.shuffle, augment=self.augment,
+                                label_smoothing=self.label_smoothing, lr_schedule=self.lr_schedule)
 
     def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
         """One mean and std over all pixels; with sample weights, rows count by their weight (as
@@ -396,7 +412,8 @@ class _Stopping(Callback):
 
     def __init__(self, est: CNNClassifier, stop: bool = True) -> None:
         self.est, self.stop = est, stop
-        self.best_loss, self.best_params, self.stall = np.inf, None, 0
+        self.best_loss, self.stall = np.inf, 0
+        self.best_params: dict[str, np.ndarray] | None = None
 
     def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
         est = self.est
@@ -406,7 +423,8 @@ class _Stopping(Callback):
             score = stats["val_accuracy"]
             est.validation_scores_.append(score)
             if score > est.best_validation_score_ + est.tol:
-                est.best_validation_score_, self.best_params, self.stall = score, trainer.net.params.copy(), 0
+                est.best_validation_score_, self.stall = score, 0
+                self.best_params = trainer.net.state_dict()  # weights and BatchNorm statistics
             else:
                 self.stall += 1
         else:
@@ -417,7 +435,7 @@ class _Stopping(Callback):
 
     def on_train_end(self, trainer: Trainer) -> None:
         if self.best_params is not None:
-            trainer.net.params[:] = self.best_params
+            trainer.net.load_state_dict(self.best_params)
 
 
 __all__ = ["CNNClassifier"]

@@ -226,3 +226,23 @@ def test_presets_build_and_checkpoints_keep_running_stats(tmp_path, rng):
     for k, v in net.state_dict().items():
         np.testing.assert_array_equal(back.state_dict()[k], v, err_msg=k)
     np.testing.assert_array_equal(back.forward(x), net.forward(x))
+
+
+def test_estimator_takes_the_recipe_and_keeps_the_best_weights_with_their_statistics():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    kw = dict(architecture="conv(8,3,padding=same),bn,relu,res(conv(8,3,padding=same),bn),gap",
+              input_shape=(1, 8, 8), max_epochs=4, random_state=0, early_stopping=True,
+              validation_fraction=0.2, n_iter_no_change=10)
+    plain = nc.CNNClassifier(**kw, learning_rate=0.03).fit(X[:300], y[:300])
+    recipe = nc.CNNClassifier(**kw, learning_rate=0.03, augment="shift:1", label_smoothing=0.1,
+                              lr_schedule="onecycle", optimizer="adamw").fit(X[:300], y[:300])
+    assert plain.loss_curve_ != recipe.loss_curve_
+    # the kept model is the best epoch's (here not the last): weights and BatchNorm statistics
+    best = int(np.argmax(plain.validation_scores_))
+    assert best < 3 and plain.best_validation_score_ == plain.validation_scores_[best]
+    state = plain.net_.state_dict()
+    assert state["1.num_batches_tracked"][0] == (best + 1) * -(-240 // plain.batch_size)
+    with pytest.raises(ValueError, match="unknown or malformed term 'spin'"):
+        nc.CNNClassifier(augment="spin").fit(X[:50], y[:50])
