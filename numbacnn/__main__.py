@@ -1,12 +1,13 @@
 """``python -m numbacnn``: the training command line (same as train.py);
 ``python -m numbacnn report CHECKPOINT --data PATH --out DIR``: the training report of a saved model;
 ``python -m numbacnn export CHECKPOINT OUT.onnx``: the saved network as an ONNX model;
-``python -m numbacnn predict CHECKPOINT FILE...``: the predicted class of each image."""
+``python -m numbacnn predict CHECKPOINT FILE...``: the predicted class of each image;
+``python -m numbacnn find-lr --data PATH --arch A``: a suggested learning rate."""
 import sys
 
-from .cli import main, run_export, run_predict, run_report
+from .cli import main, run_export, run_find_lr, run_predict, run_report
 
-COMMANDS = {"report": run_report, "export": run_export, "predict": run_predict}
+COMMANDS = {"report": run_report, "export": run_export, "predict": run_predict, "find-lr": run_find_lr}
 
 if sys.argv[1:2] and sys.argv[1] in COMMANDS:
     raise SystemExit(main(sys.argv[2:], command=COMMANDS[sys.argv[1]]))

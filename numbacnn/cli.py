@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _config
-from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError
+from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
 from .data import DataError, load_dataset
@@ -416,6 +416,53 @@ def run_export(argv: list[str] | None = None) -> int:
     print(f"{args.out}: input 'input' (N, {', '.join(map(str, shape))}) float32, output "
           f"'logits' (N, {net.output_shape(shape)[0]})")
     return 0
+
+
+def run_find_lr(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn find-lr --data ... --arch ...``: the learning-rate finder."""
+    from .lr_finder import find_lr
+
+    p = _Parser(prog="python -m numbacnn find-lr",
+                description="Suggest a learning rate: an exponential ramp over a few hundred steps.")
+    p.add_argument("--data", help="as train.py --data (default: the embedded digits)")
+    p.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
+    p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
+    p.add_argument("--batch-size", type=_number(int, 1, False), default=64)
+    p.add_argument("--steps", type=_number(int, 10, False), default=200)
+    p.add_argument("--start-lr", type=_number(float, 0, True), default=1e-7)
+    p.add_argument("--end-lr", type=_number(float, 0, True), default=10.0)
+    p.add_argument("--augment", type=_augment, default=None, help="as train.py --augment")
+    p.add_argument("--seed", type=_number(int, 0, False), default=0)
+    p.add_argument("--threads", type=_number(int, 1, False), default=None)
+    p.add_argument("--plot", metavar="FILE.png", help="save loss against learning rate (needs [plot])")
+    args = p.parse_args(argv)
+    if args.start_lr >= args.end_lr:
+        raise UsageError(f"--start-lr {args.start_lr} must be below --end-lr {args.end_lr}")
+    if args.plot:
+        from .report import require_matplotlib
+
+        require_matplotlib()
+        try:
+            check_writable(args.plot)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.plot}: {e.strerror or e}") from None
+    if args.data and not os.path.exists(args.data):
+        raise UsageError(f"--data: {args.data}: no such file or directory")
+    _config.set_num_threads(args.threads)
+    ds = load_dataset(args.data, labels=args.labels, seed=args.seed)
+    net = build_network(args.arch, ds.input_shape, ds.n_classes, seed=args.seed)
+    found = find_lr(net, ds.x_train, ds.y_train, args.optimizer, args.batch_size, args.start_lr,
+                    args.end_lr, args.steps, args.seed, args.augment)
+    for lr, loss in list(zip(found.lrs, found.losses))[::max(1, len(found.lrs) // 12)]:
+        print(f"lr {lr:9.2e}  loss {loss:.4f}")
+    end = "diverged" if found.stopped_early else "reached --end-lr"
+    print(f"{len(found.lrs)} steps ({end}); suggested lr: {found.suggestion:.2g} (steepest fall of "
+          f"the loss; a common choice for one-cycle's peak is up to 10x that)")
+    if args.plot:
+        found.plot(args.plot)
+        print(f"plot: {args.plot}")
+    return 0 if math.isfinite(found.suggestion) else 1
 
 
 def run_predict(argv: list[str] | None = None) -> int:

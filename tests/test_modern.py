@@ -246,3 +246,26 @@ def test_estimator_takes_the_recipe_and_keeps_the_best_weights_with_their_statis
     assert state["1.num_batches_tracked"][0] == (best + 1) * -(-240 // plain.batch_size)
     with pytest.raises(ValueError, match="unknown or malformed term 'spin'"):
         nc.CNNClassifier(augment="spin").fit(X[:50], y[:50])
+
+
+def test_lr_finder_suggests_the_steepest_fall_and_leaves_the_network_alone(tmp_path, capsys):
+    from numbacnn.cli import main, run_find_lr
+    from numbacnn.lr_finder import _steepest, find_lr
+
+    lrs = list(np.logspace(-6, 0, 61))
+    # a loss falling fastest at lr = 1e-3 (a logistic in log10(lr)), then blowing up past 1e-1
+    losses = [2.0 - 1.5 / (1 + np.exp(-4 * (np.log10(lr) + 3))) + (10 * lr) ** 2 for lr in lrs]
+    assert _steepest(lrs, losses) == pytest.approx(1e-3, rel=0.3)
+    ds = nc.load_dataset(None)
+    net = nc.build_network("compact", ds.input_shape, ds.n_classes, seed=0)
+    before = net.state_dict()
+    found = find_lr(net, ds.x_train, ds.y_train, steps=40, batch_size=16)
+    assert len(found.lrs) == len(found.losses) and found.lrs == sorted(found.lrs)
+    assert found.lrs[0] <= found.suggestion <= found.lrs[-1]
+    for k, v in before.items():
+        np.testing.assert_array_equal(net.state_dict()[k], v, err_msg=k)
+    plot = tmp_path / "lr.png"
+    assert main(["--steps", "30", "--batch-size", "16", "--plot", str(plot)], command=run_find_lr) == 0
+    assert "suggested lr: " in capsys.readouterr().out and plot.stat().st_size > 1000
+    assert main(["--start-lr", "1", "--end-lr", "0.5"], command=run_find_lr) == 2
+    assert "--start-lr 1.0 must be below --end-lr 0.5" in capsys.readouterr().err
