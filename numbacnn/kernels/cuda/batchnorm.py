@@ -6,7 +6,7 @@ from numba import config, cuda, float64
 
 # threads per block (a power of two: the tree reduction halves it); the simulator runs each thread
 # as a Python thread, so it gets narrow blocks (the same code and reduction tree, fewer leaves)
-_T = 8 if config.ENABLE_CUDASIM else 128
+_T = 8 if config.ENABLE_CUDASIM else 128  # type: ignore[attr-defined]
 
 
 @cuda.jit(device=True)
