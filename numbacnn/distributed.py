@@ -144,14 +144,18 @@ def start(threads: int | None) -> DataParallel:
 
 def compile_step(net: Any, x: np.ndarray) -> None:
     """Compile the training kernels of ``net`` on two examples, leaving its state as it was (the
-    dropout generators are restored; the gradients are overwritten by the next backward)."""
+    dropout generators and BatchNorm's running statistics are restored; the gradients are
+    overwritten by the next backward)."""
     from .layers import Dropout
     from .network import softmax_cross_entropy
 
     rngs = [(layer, pickle.dumps(layer.rng.bit_generator.state)) for layer in net.layers
             if isinstance(layer, Dropout)]
+    buffers = {k: np.array(v) for k, v in net._buffer_views().items()}
     logits = net.forward(x[:2], training=True)
     _, d = softmax_cross_entropy(logits, np.zeros(len(logits), np.int64))
     net.backward(d, need_input_grad=False)
     for layer, state in rngs:
         layer.rng.bit_generator.state = pickle.loads(state)
+    for k, v in net._buffer_views().items():
+        v[...] = buffers[k]

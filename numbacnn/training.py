@@ -426,6 +426,10 @@ class Trainer:
         if not math.isfinite(loss_sum):
             raise self._diverged(loss_sum / seen, step)
         self.optimizer.step()
+        # BatchNorm normalises with each rank's own batch statistics (as torch DDP without
+        # SyncBatchNorm); the running statistics are rank 0's everywhere (DDP's broadcast_buffers)
+        for buf in self.net._buffer_views().values():
+            self.parallel.broadcast_array(buf)
         self._agreed_stop = signal.SIGTERM if flags[1] else signal.SIGINT if flags[0] else None
         return loss_sum, correct, seen
 

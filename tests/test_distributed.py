@@ -188,3 +188,23 @@ def test_only_one_rank_per_machine_compiles(tmp_path, npz):
     misses = {d["rank"]: d["misses"] for d in map(json.loads, r.stdout.strip().splitlines())}
     assert misses[0] == 4 and misses[1] == 0, misses
     assert '"rc": 0' in r.stdout
+
+
+def test_batchnorm_uses_each_ranks_batch_and_rank0s_running_statistics_everywhere(tmp_path, npz):
+    """Per-rank batch statistics (as torch DDP), running statistics broadcast from rank 0 after
+    every step: the job's final test loss, evaluated split over both ranks, is the one rank 0's
+    checkpoint gives in one process (a rank with statistics of its own would change it)."""
+    import json
+
+    ck, metrics = str(tmp_path / "bn.npz"), tmp_path / "m.json"
+    args = ["--quiet", "--data", npz, "--arch", "conv(4,3,padding=same),bn,relu,gap,dense(8),bn,relu",
+            "--batch-size", "12", "--epochs", "2", "--optimizer", "sgd"]
+    r = mpirun([TRAIN, "--distributed", *args, "--save", ck, "--metrics-out", str(metrics)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_loss = json.loads(metrics.read_text())["epochs"][-1]["test_loss"]
+    net = nc.load(ck)
+    # 3 steps an epoch, both epochs (and not the compile-ahead step before training)
+    assert net.state_dict()["1.num_batches_tracked"][0] == 6
+    ds = nc.load_dataset(npz, seed=0)
+    loss, _ = nc.evaluate(net, ds.x_test, ds.y_test)
+    assert job_loss == pytest.approx(loss, rel=1e-6)
