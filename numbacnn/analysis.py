@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .layers import AvgPool2D, Conv2D, Dropout, Flatten, MaxPool2D, ReLU, Tanh
+from .layers import (AvgPool2D, BatchNorm2D, Conv2D, Dropout, Flatten, GlobalAvgPool2D, MaxPool2D, ReLU,
+                     Residual, Tanh)
 from .network import Sequential, softmax_cross_entropy
 
 
@@ -105,15 +106,39 @@ def trace_to_input(model: Any, x: np.ndarray, n: int = 0,
             layer = net.layers[j]
             if isinstance(layer, MaxPool2D):
                 g = _through_pool(g, by_layer[j], n)
-            elif isinstance(layer, (Conv2D, AvgPool2D)):
-                g = _receptive(g, shapes[j], layer.kernel_size, layer.stride, layer.padding,
-                               all_channels=isinstance(layer, Conv2D))
-            elif isinstance(layer, (ReLU, Tanh, Dropout, Flatten)):
-                g = g.reshape(shapes[j])
             else:
-                raise ValueError(f"cannot trace routing through {layer!r}")
+                g = _back_through(layer, g, shapes[j])
         maps.append(g.sum(0))
     return maps
+
+
+def _back_through(layer: Any, g: np.ndarray, in_shape: tuple) -> np.ndarray:
+    """Path counts at a layer's output -> its input (``in_shape``): windows spread them over their
+    receptive fields, elementwise layers pass them on, a residual block adds its two paths."""
+    if isinstance(layer, (Conv2D, AvgPool2D)):
+        return _receptive(g, in_shape, layer.kernel_size, layer.stride, layer.padding,
+                          all_channels=isinstance(layer, Conv2D))
+    if isinstance(layer, (ReLU, Tanh, Dropout, Flatten, BatchNorm2D)):
+        return g.reshape(in_shape)
+    if isinstance(layer, GlobalAvgPool2D):
+        return np.broadcast_to(g.reshape(-1, 1, 1), in_shape).copy()
+    if isinstance(layer, Residual):
+        total = np.zeros(in_shape, np.int64)
+        for path in (layer.body, layer.shortcut):
+            if not path:
+                total += g.reshape(in_shape)
+                continue
+            shapes = [tuple(in_shape)]
+            for sub in path:
+                shapes.append(sub.output_shape(shapes[-1]))
+            h = g
+            for j in range(len(path) - 1, -1, -1):
+                if isinstance(path[j], MaxPool2D):
+                    raise ValueError(f"cannot trace routing through a max pool inside {layer!r}")
+                h = _back_through(path[j], h, shapes[j])
+            total += h
+        return total
+    raise ValueError(f"cannot trace routing through {layer!r}")
 
 
 def _through_pool(g: np.ndarray, stage: PoolRouting, n: int) -> np.ndarray:

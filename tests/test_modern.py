@@ -269,3 +269,20 @@ def test_lr_finder_suggests_the_steepest_fall_and_leaves_the_network_alone(tmp_p
     assert "suggested lr: " in capsys.readouterr().out and plot.stat().st_size > 1000
     assert main(["--start-lr", "1", "--end-lr", "0.5"], command=run_find_lr) == 2
     assert "--start-lr 1.0 must be below --end-lr 0.5" in capsys.readouterr().err
+
+
+def test_routing_traces_through_batchnorm_residual_blocks_and_global_pooling(rng):
+    from numbacnn import analysis
+
+    block = nc.Residual([nc.Conv2D(3, 3, 1), nc.BatchNorm2D(3), nc.ReLU()])
+    g = np.ones((3, 4, 5), np.int64)
+    # a 1x1 conv sends each output's count to all 3 input channels; the identity path adds one
+    np.testing.assert_array_equal(analysis._back_through(block, g, (3, 4, 5)), np.full((3, 4, 5), 4))
+    proj = nc.Residual([nc.Conv2D(3, 2, 1, stride=2)], shortcut=[nc.Conv2D(3, 2, 1, stride=2)])
+    out = analysis._back_through(proj, np.ones((2, 2, 3), np.int64), (3, 4, 5))
+    assert out[:, ::2, ::2].min() == 4 and out[:, 1::2, :].max() == 0
+    net = nc.build_network("conv(2,3,padding=same),bn,relu,res(conv(2,3,padding=same),bn),maxpool(2),"
+                           "res(conv(2,3,padding=same)),gap", (1, 8, 8), 3, seed=0)
+    x = f32(rng.random((2, 1, 8, 8)))
+    maps = analysis.trace_to_input(net, x)
+    assert len(maps) == 1 and maps[0].shape == (8, 8) and maps[0].min() > 0
