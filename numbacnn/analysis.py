@@ -10,8 +10,18 @@ from typing import Any
 
 import numpy as np
 
-from .layers import (AvgPool2D, BatchNorm2D, Conv2D, Dropout, Flatten, GlobalAvgPool2D, MaxPool2D, ReLU,
-                     Residual, Tanh)
+from .layers import (
+    AvgPool2D,
+    BatchNorm2D,
+    Conv2D,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2D,
+    MaxPool2D,
+    ReLU,
+    Residual,
+    Tanh,
+)
 from .network import Sequential, softmax_cross_entropy
 
 
