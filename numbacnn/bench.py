@@ -1,8 +1,8 @@
 """Throughput benchmark: ``python -m numbacnn.bench``.
 
-Trains and runs inference on lenet5 and mnistcnn (28x28x1 inputs, 10 classes) for several batch sizes
-and thread counts, and prints images/second, achieved GFLOP/s, the fraction of the float32 matmul
-peak (numpy `@`, measured beside each configuration's timed blocks, once per round: the machine's
+Trains and runs inference on lenet5, mnistcnn, modern and resnet8 (28x28x1 inputs, 10 classes) for
+several batch sizes and thread counts, and prints images/second, achieved GFLOP/s, the fraction of
+the float32 matmul peak (numpy `@`, measured beside each configuration's timed blocks, once per round: the machine's
 speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured in
 interleaved blocks (ours, theirs, ours, ...) with the median ratio, and onnxruntime's inference of the
 exported model when it is importable (same weights, batch and threads). Also reports the JIT compile time
@@ -24,35 +24,42 @@ from typing import Any
 
 import numpy as np
 
-NETS = ("lenet5", "mnistcnn")  # presets of numbacnn.arch
+NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
 N_CLASSES = 10
 
 
 # --- FLOP counting -----------------------------------------------------------------------------
 def flops_per_image(net) -> tuple[int, int]:
-    """(forward, training) multiply-add FLOPs (x2) per image of the conv and dense layers.
+    """(forward, training) multiply-add FLOPs (x2) per image of the conv and dense layers (those
+    inside residual blocks included).
 
     Training counts forward + weight gradient + input gradient (3x forward), minus the input
     gradient of the first layer, which training does not compute.
     """
-    from .layers import Conv2D, Dense
+    counts: list[int] = []
+    _count_flops(net.layers, tuple(net.input_shape), counts)
+    fwd = sum(counts)
+    first = next((f for f in counts if f), 0)
+    return fwd, 3 * fwd - first
 
-    shape = tuple(net.input_shape)
-    fwd, first = 0, None
-    for layer in net.layers:
+
+def _count_flops(layers, shape: tuple, counts: list[int]) -> tuple:
+    """Append each layer's forward FLOPs per image to ``counts``; returns the output shape."""
+    from .layers import Conv2D, Dense, Residual
+
+    for layer in layers:
         out = layer.output_shape(shape)
-        f = 0
         if isinstance(layer, Conv2D):
-            f = 2 * layer.out_channels * layer.in_channels * layer.kernel_size[0] * \
-                layer.kernel_size[1] * out[1] * out[2]
+            counts.append(2 * layer.out_channels * layer.in_channels * layer.kernel_size[0] *
+                          layer.kernel_size[1] * out[1] * out[2])
         elif isinstance(layer, Dense):
-            f = 2 * layer.in_features * layer.out_features
-        if f and first is None:
-            first = f
-        fwd += f
+            counts.append(2 * layer.in_features * layer.out_features)
+        elif isinstance(layer, Residual):
+            _count_flops(layer.body, shape, counts)
+            _count_flops(layer.shortcut or [], shape, counts)
         shape = out
-    return fwd, 3 * fwd - (first or 0)
+    return shape
 
 
 # --- timing helpers ----------------------------------------------------------------------------
@@ -389,7 +396,7 @@ def _positive(kind: type) -> Callable[[str], Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m numbacnn.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--nets", default="lenet5,mnistcnn", help="comma list of presets or specs")
+    p.add_argument("--nets", default=",".join(NETS), help="comma list of presets or specs")
     p.add_argument("--batches", type=_counts, default="32,64,128,256")
     p.add_argument("--threads", type=_counts, default=None,
                    help="comma list (default 1..all cores; at most NUMBA_NUM_THREADS)")
