@@ -2,11 +2,11 @@
 
 Trains and runs inference on lenet5, mnistcnn, modern and resnet8 (28x28x1 inputs, 10 classes) for
 several batch sizes and thread counts, and prints images/second, achieved GFLOP/s, the fraction of
-the float32 matmul peak (numpy `@`, measured beside each configuration's timed blocks, once per round: the machine's
-speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured in
-interleaved blocks (ours, theirs, ours, ...) with the median ratio, and onnxruntime's inference of the
-exported model when it is importable (same weights, batch and threads). Also reports the JIT compile time
-from an empty cache, the warm-cache time to the first step, and peak training memory.
+the float32 matmul peak (numpy `@`, measured beside each configuration's timed blocks, once per
+round: the machine's speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured
+in interleaved blocks (ours, theirs, ours, ...) with the median ratio, and onnxruntime's inference
+of the exported model when it is importable (same weights, batch and threads). Also reports the JIT
+compile time from an empty cache, the warm-cache time to the first step, and peak training memory.
 """
 from __future__ import annotations
 
