@@ -27,7 +27,7 @@ from .layers import (
 from .network import Sequential
 
 PRESETS: dict[str, str] = {
-    # "auto" (the default) picks "compact" for inputs up to 16x16 and "small" above
+    # "auto" (the default) picks "compact" for inputs up to 16x16 and "modern" above
     "compact": "conv(32,3,padding=same),relu,conv(64,3,padding=same),relu,maxpool(2),"
                "dense(128),relu,dropout(0.5)",
     # "same" padding keeps it usable from 8x8 digits up to 28x28 MNIST
@@ -52,9 +52,9 @@ DEFAULT_ARCH = "auto"
 
 
 def resolve_preset(spec: str, input_shape: tuple[int, ...]) -> str:
-    """"auto" -> "compact" for images up to 16x16, else "small"; other specs unchanged."""
+    """"auto" -> "compact" for images up to 16x16, else "modern"; other specs unchanged."""
     if isinstance(spec, str) and spec.strip().lower() == "auto":
-        return "compact" if max(input_shape[1:]) <= 16 else "small"
+        return "compact" if max(input_shape[1:]) <= 16 else "modern"
     return spec
 
 # name -> (positional parameter names, defaults)

@@ -87,11 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("model and optimizer")
     m.add_argument("--arch", default=None,
                    help=f"preset (auto, {', '.join(PRESETS)}; default {DEFAULT_ARCH}: compact up to "
-                   "16x16 images, small above) or a spec such as "
+                   "16x16 images, modern above) or a spec such as "
                    "'conv(32,3),relu,maxpool(2),dense(128),relu'")
     m.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default=None, help="default adam")
     m.add_argument("--lr", type=_number(float, 0, True), default=None,
-                   help="learning rate, the peak with onecycle (default: adam/adamw 0.002, sgd 0.05, "
+                   help="learning rate, the peak with onecycle (default: adam/adamw 0.002, 0.004 on images "
+                   "above 16x16, sgd 0.05, "
                    "rmsprop 0.001)")
     m.add_argument("--momentum", type=_number(float, 0, False), default=None,
                    help="momentum for sgd (default 0.9) and rmsprop (default 0)")
@@ -100,21 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="L2 weight decay (adamw: decoupled; default 0.01 for adamw, else 0)")
     m.add_argument("--lr-schedule", choices=list(LR_SCHEDULES), default=None,
                    help="constant, cosine annealing over the epochs, or onecycle (torch's "
-                   "OneCycleLR, per batch) (default: constant on digits, cosine otherwise)")
+                   "OneCycleLR, per batch) (default: constant on digits, onecycle on images above 16x16, "
+                   "cosine otherwise)")
     m.add_argument("--label-smoothing", type=_number(float, 0, False, 1, True), default=0.0,
                    help="cross-entropy against smoothed targets (1-e) onehot + e/K (default 0)")
     t = p.add_argument_group("training")
     t.add_argument("--augment", type=_augment, default=None, metavar="TERMS",
                    help="per-batch augmentation of images: shift:N (random translations up to N "
                    "pixels), crop:N (pad-and-crop, the same), flip (left-right; for natural images, "
-                   "not digits), comma-separated, e.g. crop:4,flip (default none)")
+                   "not digits), comma-separated, e.g. crop:4,flip; none for none (default shift:2 on "
+                   "images above 16x16, else none)")
     t.add_argument("--early-stopping", type=_number(int, 1, False), default=0, metavar="PATIENCE",
                    help="stop when the validation loss has not improved for PATIENCE epochs and "
                    "keep (and save) the best epoch's weights; needs --val-size")
     t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
                    help="default 16 on digits, 64 otherwise")
     t.add_argument("--epochs", type=_number(int, 1, False), default=None,
-                   help="total epochs (default 25 on digits, 10 otherwise)")
+                   help="total epochs (default 25 on digits, 15 on images above 16x16, 10 otherwise)")
     t.add_argument("--seed", type=_number(int, 0, False), default=None,
                    help="seeds initialisation, shuffling, dropout and the split (default 0)")
     t.add_argument("--threads", type=_number(int, 1, False), default=None,

@@ -73,7 +73,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     Parameters
     ----------
     architecture : str, default "auto"
-        Preset name ("auto": "compact" up to 16x16 inputs, "small" above) or layer spec
+        Preset name ("auto": "compact" up to 16x16 inputs, "modern" above) or layer spec
         ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
         dense(n_classes) is appended. Fitted to inputs too small for it (e.g. 1 x n_features).
     input_shape : tuple (C, H, W) or None

@@ -24,6 +24,9 @@ DEFAULT_WEIGHT_DECAY = {"adamw": 0.01}  # torch's defaults; the others 0
 RECIPES: dict[str, dict[str, Any]] = {
     "digits": {"epochs": 25, "batch_size": 16, "adam_lr": 2e-3, "lr_schedule": "constant"},
     "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"},
+    # images above 16x16 (MNIST-sized and up), where "auto" picks the "modern" network: its recipe
+    "images": {"epochs": 15, "batch_size": 64, "adam_lr": 4e-3, "lr_schedule": "onecycle",
+               "augment": "shift:2"},
 }
 
 
@@ -33,6 +36,14 @@ class UsageError(Exception):
 
 def load_data(args: Any, seed: int, test_size: float) -> Dataset:
     return load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed)
+
+
+def recipe_name(ds: Dataset) -> str:
+    """The recipe for flags left unset: "digits" (the embedded set), "images" (above 16x16), "other"."""
+    if ds.name == "digits":
+        return "digits"
+    shape = ds.input_shape
+    return "images" if len(shape) == 3 and max(shape[1:]) > 16 and min(shape[1:]) >= 8 else "other"
 
 
 def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
@@ -142,7 +153,7 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
         raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
                               f"({len(ds.y_train)} training images of shape {ds.input_shape}); "
                               f"resume with the same --data, --test-size and seed")
-    recipe = RECIPES["digits" if ds.name == "digits" else "other"]
+    recipe = RECIPES[recipe_name(ds)]
     epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
     batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
     x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
@@ -159,7 +170,7 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
         net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed).to(args.device)
         opt = _new_optimizer(args, opt_name, net, recipe)
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
-    moves = Augment.parse(tmeta.get("augment", args.augment))
+    moves = Augment.parse(tmeta.get("augment", args.augment or recipe.get("augment")))
     augment = str(moves) if moves is not None else "none"
     if moves is not None:
         try:

@@ -341,11 +341,11 @@ def test_evaluate_prints_the_checkpoints_numbers(tmp_path, npz, capsys):
     np.testing.assert_array_equal(printed, confusion_matrix(ds.y_test, net.predict(ds.x_test)))
 
 
-def test_auto_architecture_is_compact_up_to_16x16_and_small_above():
+def test_auto_architecture_is_compact_up_to_16x16_and_modern_above():
     from numbacnn.arch import PRESETS
 
-    for shape, preset in [((1, 8, 8), "compact"), ((1, 16, 16), "compact"), ((3, 16, 17), "small"),
-                          ((1, 28, 28), "small")]:
+    for shape, preset in [((1, 8, 8), "compact"), ((1, 16, 16), "compact"), ((3, 16, 17), "modern"),
+                          ((1, 28, 28), "modern")]:
         auto = nc.build_network("auto", shape, 10, seed=0)
         named = nc.build_network(PRESETS[preset], shape, 10, seed=0)
         assert repr(auto) == repr(named), (shape, preset)
