@@ -1,6 +1,7 @@
 """Data-parallel training under a real ``mpiexec`` (the mpich wheel of the [mpi] extra), 2 ranks on
 this machine, against one process; and the refusals and faults. Skipped without mpi4py/mpiexec."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -185,7 +186,8 @@ def test_only_one_rank_per_machine_compiles(tmp_path, npz):
     r = mpirun(["-c", COUNT_COMPILES, "--distributed", "--quiet", "--data", npz, "--epochs", "1",
                 "--arch", "conv(2,3),relu,dense(4)"], env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    misses = {d["rank"]: d["misses"] for d in map(json.loads, r.stdout.strip().splitlines())}
+    # the ranks' lines may reach the shared stdout interleaved ('{...}{...}\n\n'): find each object
+    misses = {d["rank"]: d["misses"] for d in map(json.loads, re.findall(r"\{[^{}]*\}", r.stdout))}
     assert misses[0] == 4 and misses[1] == 0, misses
     assert '"rc": 0' in r.stdout
 
