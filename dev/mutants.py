@@ -40,6 +40,33 @@ class Mutant:
 K = "numbacnn/kernels/cpu/"
 M = Mutant
 MUTANTS = [
+    # modern layers and recipe (issue 33)
+    M("modern: BatchNorm's running variance takes the biased batch variance", K + "batchnorm.py",
+      "momentum * var * M / (M - 1)", "momentum * var",
+      ["tests/test_modern.py", "-k", "batchnorm_matches_oracle"]),
+    M("modern: BatchNorm backward drops the mean's gradient", K + "batchnorm.py",
+      "b1 = np.float32(g_sum / M) if batch_stats else zero", "b1 = zero",
+      ["tests/test_modern.py", "-k", "finite_differences"]),
+    M("modern: BatchNorm's fused ReLU does not mask the gradient sums", K + "batchnorm.py",
+      "                if relu and not ys[i] > zero:\n                    g = zero\n                part +=",
+      "                part +=", ["tests/test_modern.py", "-k", "finite_differences"]),
+    M("modern: a residual block's input gradient counts the body twice", "numbacnn/layers.py",
+      "short = grads[1] if self.shortcut else dy", "short = grads[0]",
+      ["tests/test_modern.py", "-k", "finite_differences"]),
+    M("modern: flips mirror one column off", K + "batch.py",
+      "qs = (W - 1 - q if flip else q) - sx", "qs = (W - q if flip else q) - sx",
+      ["tests/test_modern.py", "-k", "augmentation"]),
+    M("modern: label smoothing spreads eps over the K - 1 wrong classes", K + "loss.py",
+      "uniform = smoothing / K", "uniform = smoothing / (K - 1)",
+      ["tests/test_modern.py", "-k", "finite_differences"]),
+    M("modern: AdamW does not shrink the weights", K + "optim.py",
+      "shrink = np.float32(1.0 - lr * weight_decay if decoupled else 1.0)", "shrink = np.float32(1.0)",
+      ["tests/test_modern.py", "-k", "adamw"]),
+    M("modern: one-cycle warms up over a quarter of the steps", "numbacnn/training.py",
+      "pct_start: float = 0.3", "pct_start: float = 0.25", ["tests/test_modern.py", "-k", "onecycle"]),
+    M("modern: early stopping keeps the last epoch's weights", "numbacnn/training.py",
+      "            trainer.net.load_state_dict(self.best_state)", "            pass",
+      ["tests/test_modern.py", "-k", "early_stopping"]),
     # dense layers with several feature blocks (every preset's first Dense layer)
     M("dense weight gradient: later blocks read the first block of x", K + "dense.py",
       "gf, o0, F_out, xf, i0, F_in,", "gf, o0, F_out, xf, 0, F_in,",
