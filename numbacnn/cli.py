@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="constant, cosine annealing over the epochs, or onecycle (torch's "
                    "OneCycleLR, per batch) (default: constant on digits, onecycle on images above 16x16, "
                    "cosine otherwise)")
-    m.add_argument("--label-smoothing", type=_number(float, 0, False, 1, True), default=0.0,
-                   help="cross-entropy against smoothed targets (1-e) onehot + e/K (default 0)")
+    m.add_argument("--label-smoothing", type=_number(float, 0, False, 1, True), default=None,
+                   help="cross-entropy against smoothed targets (1-e) onehot + e/K (default 0.1 on "
+                   "images above 16x16, else 0)")
     t = p.add_argument_group("training")
     t.add_argument("--augment", type=_augment, default=None, metavar="TERMS",
                    help="per-batch augmentation of images: shift:N (random translations up to N "

@@ -26,7 +26,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "other": {"epochs": 10, "batch_size": 64, "adam_lr": 2e-3, "lr_schedule": "cosine"},
     # images above 16x16 (MNIST-sized and up), where "auto" picks the "modern" network: its recipe
     "images": {"epochs": 15, "batch_size": 64, "adam_lr": 4e-3, "lr_schedule": "onecycle",
-               "augment": "shift:2"},
+               "augment": "shift:2", "label_smoothing": 0.1},
 }
 
 
@@ -177,7 +177,8 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
             moves.check(ds.input_shape)
         except ValueError as e:
             raise UsageError(f"--augment: {e}") from None
-    smoothing = tmeta.get("label_smoothing", args.label_smoothing)
+    smoothing = tmeta.get("label_smoothing", recipe.get("label_smoothing", 0.0)
+                          if args.label_smoothing is None else args.label_smoothing)
     patience = tmeta.get("early_stopping", args.early_stopping)
     if patience and val_size <= 0:
         raise UsageError("--early-stopping needs validation data: give --val-size (e.g. 0.1)")
