@@ -273,6 +273,8 @@ class Trainer:
             g.bit_generator.state = self._epoch_rng_state
             order = g.permutation(n) if self.shuffle else np.arange(n)
         n_steps = -(-n // self.batch_size)
+        if n > self.batch_size and n % self.batch_size == 1 and _has_batchnorm1d(self.net.layers):
+            n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
@@ -283,7 +285,8 @@ class Trainer:
         try:
             for step in range(self._step, n_steps):
                 t0 = time.perf_counter()
-                idx = order[step * self.batch_size:(step + 1) * self.batch_size]
+                idx = order[step * self.batch_size:(step + 1) * self.batch_size if step < n_steps - 1
+                            else n]
                 if self.lr_schedule == "onecycle":
                     self._onecycle(self.epoch * n_steps + step, (total_epochs or 1) * n_steps)
                 if self.parallel is None:
@@ -490,6 +493,12 @@ class Trainer:
         for cb in callbacks:
             cb.on_train_end(self)
         return self.history
+
+
+def _has_batchnorm1d(layers: Iterable[Any]) -> bool:
+    from .layers import BatchNorm1D
+
+    return any(isinstance(layer, BatchNorm1D) or _has_batchnorm1d(layer.sublayers()) for layer in layers)
 
 
 def format_epoch(s: dict[str, Any], epochs: int) -> str:

@@ -286,3 +286,17 @@ def test_routing_traces_through_batchnorm_residual_blocks_and_global_pooling(rng
     x = f32(rng.random((2, 1, 8, 8)))
     maps = analysis.trace_to_input(net, x)
     assert len(maps) == 1 and maps[0].shape == (8, 8) and maps[0].min() > 0
+
+
+def test_a_last_batch_of_one_example_joins_the_previous_one_when_batchnorm1d_needs_two(rng):
+    x = f32(rng.random((9, 1, 4, 4)))  # batches of 4, 4 and 1
+    y = np.arange(9) % 3
+    net = nc.build_network("dense(6),bn,relu", (1, 4, 4), 3, seed=0)
+    tr = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=4, progress=False)
+    tr.fit(x, y, 2)
+    assert net.state_dict()["2.num_batches_tracked"][0] == 4  # two steps an epoch: 4 and 5
+    assert sorted(k[0] for k in tr._programs) == [4, 5]
+    plain = nc.build_network("dense(6),relu", (1, 4, 4), 3, seed=0)
+    tr = nc.Trainer(plain, nc.SGD(plain, lr=0.1), batch_size=4, progress=False)
+    tr.fit(x, y, 1)
+    assert sorted(k[0] for k in tr._programs) == [1, 4]  # no BatchNorm1D: batches as they were
