@@ -88,7 +88,7 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
         "layers": [[type(layer).__name__, layer.get_config()] for layer in net.layers],
         "architecture": net.architecture,
         "input_shape": list(net.input_shape) if net.input_shape else None,
-        "dropout_rng": [layer.rng.bit_generator.state for layer in net.layers if hasattr(layer, "rng")],
+        "dropout_rng": [layer.rng.bit_generator.state for layer in net.all_layers() if hasattr(layer, "rng")],
     }
     if optimizer is not None:
         info["optimizer"] = {"name": optimizer.name, "hyperparameters": optimizer.hyperparameters(),
@@ -143,7 +143,7 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
         net.load_state_dict(params)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    dropouts = [layer for layer in net.layers if hasattr(layer, "rng")]
+    dropouts = [layer for layer in net.all_layers() if hasattr(layer, "rng")]
     for layer, state in zip(dropouts, meta.get("dropout_rng", [])):
         layer.rng.bit_generator.state = state
     opt_state = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}

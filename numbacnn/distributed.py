@@ -149,7 +149,7 @@ def compile_step(net: Any, x: np.ndarray) -> None:
     from .layers import Dropout
     from .network import softmax_cross_entropy
 
-    rngs = [(layer, pickle.dumps(layer.rng.bit_generator.state)) for layer in net.layers
+    rngs = [(layer, pickle.dumps(layer.rng.bit_generator.state)) for layer in net.all_layers()
             if isinstance(layer, Dropout)]
     buffers = {k: np.array(v) for k, v in net._buffer_views().items()}
     logits = net.forward(x[:2], training=True)

@@ -203,13 +203,18 @@ class Sequential:
         with per-example shape ``in_shape`` (dropout then draws the whole batch's masks and uses
         its rows; see Dropout). With no examples here (lo == hi) the draws are made at once, so
         that every rank's dropout generators stay in step."""
-        shape = tuple(in_shape)
-        for layer in self.layers:
-            if isinstance(layer, Dropout):
-                layer.batch_slice = (lo, hi, total) if hi > lo else None
-                if hi == lo:
-                    layer.draw(total * math.prod(shape))
-            shape = layer.output_shape(shape)
+        _slice_dropouts(self.layers, tuple(in_shape), lo, hi, total)
+
+    def all_layers(self) -> list[Layer]:
+        """Every layer, those inside residual blocks included (depth first, in parameter order)."""
+        out: list[Layer] = []
+
+        def walk(layers: list[Layer]) -> None:
+            for layer in layers:
+                out.append(layer)
+                walk(layer.sublayers())
+        walk(self.layers)
+        return out
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Softmax of the logits, (N, n_classes)."""
@@ -265,6 +270,21 @@ class Sequential:
     def __repr__(self) -> str:
         inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
         return f"Sequential(\n{inner}\n)"
+
+
+def _slice_dropouts(layers: list[Layer], shape: Shape, lo: int, hi: int, total: int) -> Shape:
+    """``set_batch_slice`` along a chain of layers (and inside residual blocks); returns the
+    chain's per-example output shape."""
+    for layer in layers:
+        if isinstance(layer, Dropout):
+            layer.batch_slice = (lo, hi, total) if hi > lo else None
+            if hi == lo:
+                layer.draw(total * math.prod(shape))
+        if isinstance(layer, Residual):
+            for path in (layer.body, layer.shortcut or []):
+                _slice_dropouts(path, shape, lo, hi, total)
+        shape = layer.output_shape(shape)
+    return shape
 
 
 def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,

@@ -210,3 +210,15 @@ def test_batchnorm_uses_each_ranks_batch_and_rank0s_running_statistics_everywher
     ds = nc.load_dataset(npz, seed=0)
     loss, _ = nc.evaluate(net, ds.x_test, ds.y_test)
     assert job_loss == pytest.approx(loss, rel=1e-6)
+
+
+def test_dropout_inside_a_residual_block_draws_one_process_masks(tmp_path, npz):
+    """set_batch_slice reaches a Dropout inside res(...): 2 ranks train what one process trains."""
+    arch = "conv(4,3,padding=same),relu,res(conv(4,3,padding=same),relu,dropout(0.4)),dense(8)"
+    args = ["--quiet", "--data", npz, "--arch", arch, "--batch-size", "12", "--epochs", "1",
+            "--optimizer", "sgd", "--lr-schedule", "constant"]
+    one, two = str(tmp_path / "one.npz"), str(tmp_path / "two.npz")
+    assert main(args + ["--save", one]) == 0
+    r = mpirun([TRAIN, "--distributed", *args, "--save", two])
+    assert r.returncode == 0, r.stderr[-3000:]
+    np.testing.assert_allclose(nc.load(two).params, nc.load(one).params, rtol=0, atol=ATOL)

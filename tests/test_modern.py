@@ -300,3 +300,13 @@ def test_a_last_batch_of_one_example_joins_the_previous_one_when_batchnorm1d_nee
     tr = nc.Trainer(plain, nc.SGD(plain, lr=0.1), batch_size=4, progress=False)
     tr.fit(x, y, 1)
     assert sorted(k[0] for k in tr._programs) == [1, 4]  # no BatchNorm1D: batches as they were
+
+
+def test_checkpoints_keep_the_generators_of_dropouts_inside_residual_blocks(tmp_path, rng):
+    net = nc.build_network("conv(2,3,padding=same),res(conv(2,3,padding=same),dropout(0.5)),dense(4)",
+                           (1, 6, 6), 3, seed=0)
+    inner = net.layers[1].body[1]
+    inner.draw(17)  # move its generator away from the seeded state
+    nc.save(net, str(tmp_path / "d.npz"))
+    back = nc.load(str(tmp_path / "d.npz"))
+    assert back.layers[1].body[1].rng.bit_generator.state == inner.rng.bit_generator.state
