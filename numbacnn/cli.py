@@ -69,9 +69,10 @@ def _number(kind, low: float, low_open: bool, high: float | None = None, high_op
 
 def _augment(text: str) -> str:
     try:
-        return str(Augment.parse(text))
+        moves = Augment.parse(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return str(moves) if moves is not None else "none"
 
 
 def build_parser() -> argparse.ArgumentParser:
