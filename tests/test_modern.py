@@ -310,3 +310,14 @@ def test_checkpoints_keep_the_generators_of_dropouts_inside_residual_blocks(tmp_
     nc.save(net, str(tmp_path / "d.npz"))
     back = nc.load(str(tmp_path / "d.npz"))
     assert back.layers[1].body[1].rng.bit_generator.state == inner.rng.bit_generator.state
+
+
+def test_cli_refuses_a_bad_augment_term_and_early_stopping_without_validation(capsys):
+    from numbacnn.cli import main
+
+    assert main(["--quiet", "--augment", "shift:2,rotate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown or malformed term 'rotate'" in err and len(err.splitlines()) == 1
+    assert main(["--quiet", "--early-stopping", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--early-stopping needs validation data" in err and len(err.splitlines()) == 1
