@@ -17,6 +17,7 @@ import numpy as np
 
 from . import augment as aug
 from .augment import Augment
+from .layers import BatchNorm1D
 from .network import Sequential, check_label_smoothing, softmax_cross_entropy
 from .optimizers import Optimizer
 from .program import StepProgram
@@ -36,16 +37,14 @@ def onecycle(step: int, total: int, max_lr: float, pct_start: float = 0.3, div_f
     of the steps and falls to max_lr / div_factor / final_div_factor at the last; the momentum
     moves the other way between momenta[1] and momenta[0]."""
     initial = max_lr / div_factor
-    phases = [(float(pct_start * total) - 1, initial, max_lr, momenta[1], momenta[0]),
-              (float(total - 1), max_lr, initial / final_div_factor, momenta[0], momenta[1])]
-    start = 0.0
-    for i, (end, lr0, lr1, m0, m1) in enumerate(phases):
-        if step <= end or i == len(phases) - 1:
-            pct = (step - start) / (end - start)
-            cos = math.cos(math.pi * pct) + 1
-            return lr1 + (lr0 - lr1) / 2.0 * cos, m1 + (m0 - m1) / 2.0 * cos
-        start = end
-    raise AssertionError  # pragma: no cover
+    warm_end = float(pct_start * total) - 1  # the warm-up's last step (torch's end_step)
+    if step <= warm_end:
+        start, end, lr0, lr1, m0, m1 = 0.0, warm_end, initial, max_lr, momenta[1], momenta[0]
+    else:
+        start, end, lr0, lr1, m0, m1 = (warm_end, float(total - 1), max_lr, initial / final_div_factor,
+                                        momenta[0], momenta[1])
+    cos = math.cos(math.pi * (step - start) / (end - start)) + 1
+    return lr1 + (lr0 - lr1) / 2.0 * cos, m1 + (m0 - m1) / 2.0 * cos
 
 
 class DivergenceError(RuntimeError):
@@ -273,7 +272,8 @@ class Trainer:
             g.bit_generator.state = self._epoch_rng_state
             order = g.permutation(n) if self.shuffle else np.arange(n)
         n_steps = -(-n // self.batch_size)
-        if n > self.batch_size and n % self.batch_size == 1 and _has_batchnorm1d(self.net.layers):
+        if n > self.batch_size and n % self.batch_size == 1 and any(
+                isinstance(layer, BatchNorm1D) for layer in self.net.all_layers()):
             n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
         bar = None
         if self.progress:
@@ -493,12 +493,6 @@ class Trainer:
         for cb in callbacks:
             cb.on_train_end(self)
         return self.history
-
-
-def _has_batchnorm1d(layers: Iterable[Any]) -> bool:
-    from .layers import BatchNorm1D
-
-    return any(isinstance(layer, BatchNorm1D) or _has_batchnorm1d(layer.sublayers()) for layer in layers)
 
 
 def format_epoch(s: dict[str, Any], epochs: int) -> str:
