@@ -131,6 +131,8 @@ class Sequential:
         if self.__dict__.get("_shape_checked") != (x.shape[1:], len(self.layers)):
             self.output_shape(x.shape[1:])  # raises a ValueError naming the layer before any kernel
             self._shape_checked = (x.shape[1:], len(self.layers))  # runs; checked once per shape
+            if self.input_shape is None:  # remembered for export and summary
+                self.input_shape = tuple(int(s) for s in x.shape[1:])
         return np.ascontiguousarray(x, dtype=np.float32)
 
     def forward(self, x: np.ndarray, training: bool = False, upto: int | None = None, keep: bool = False,

@@ -114,17 +114,24 @@ def _chain(layers: list, prefix: str, x: str, weights: dict[str, np.ndarray], h:
     return x
 
 
-def to_onnx(model: Any) -> Any:
-    """The ``onnx.ModelProto`` of a Sequential or a fitted CNNClassifier (checked by onnx.checker)."""
+def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
+    """The ``onnx.ModelProto`` of a Sequential or a fitted CNNClassifier (checked by onnx.checker).
+
+    A network's per-example input shape (C, H, W) is ``input_shape`` when given, else the one it
+    remembers (from its first batch, or its checkpoint)."""
     onnx = _onnx()
     h, T = onnx.helper, onnx.TensorProto
     if isinstance(model, Sequential):
-        if model.input_shape is None:
-            raise ValueError("the network does not know its input shape: set net.input_shape = (C, H, W)")
-        c, hh, ww = model.input_shape
+        shape = model.input_shape if input_shape is None else tuple(int(s) for s in input_shape)
+        if shape is None:
+            raise ValueError("the network does not know its input shape: run it on a batch first "
+                             "(net.forward(x)), or pass input_shape=(C, H, W)")
+        if len(shape) != 3:
+            raise ValueError(f"input_shape must be (C, H, W), got {tuple(shape)}")
+        c, hh, ww = shape
+        k = model.output_shape(shape)[0]  # a ValueError naming the layer if the shape does not fit
         nodes, inits, out = _network_nodes(model, "input", onnx)
         nodes.append(h.make_node("Identity", [out], ["logits"], name="output"))
-        k = model.output_shape(model.input_shape)[0]
         graph = h.make_graph(nodes, "numbacnn",
                              [h.make_tensor_value_info("input", T.FLOAT, ["N", c, hh, ww])],
                              [h.make_tensor_value_info("logits", T.FLOAT, ["N", k])], inits)
@@ -158,7 +165,7 @@ def to_onnx(model: Any) -> Any:
     return proto
 
 
-def export_onnx(model: Any, path: str) -> None:
-    """Write ``to_onnx(model)`` to ``path``."""
+def export_onnx(model: Any, path: str, input_shape: tuple[int, int, int] | None = None) -> None:
+    """Write ``to_onnx(model, input_shape)`` to ``path``."""
     onnx = _onnx()
-    onnx.save_model(to_onnx(model), path)
+    onnx.save_model(to_onnx(model, input_shape), path)

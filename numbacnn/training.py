@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -173,7 +174,8 @@ class Trainer:
     seed : int
         Seeds the shuffling (the network's own seed drives initialisation and dropout).
     progress : bool
-        Show a tqdm bar per epoch and a summary line per epoch.
+        A summary line per epoch, and a live tqdm bar during each epoch when stderr is a
+        terminal (``interactive()``).
     shuffle : bool
         Visit the examples in a new random order every epoch (else in order).
     lr_schedule : "constant", "cosine" or "onecycle"
@@ -276,7 +278,7 @@ class Trainer:
                 isinstance(layer, BatchNorm1D) for layer in self.net.all_layers()):
             n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
         bar = None
-        if self.progress:
+        if self.progress and interactive():  # a log file gets the per-epoch lines only
             from tqdm.auto import tqdm
             label = f"epoch {self.epoch + 1}" + (f"/{total_epochs}" if total_epochs else "")
             bar = tqdm(total=n_steps, initial=self._step, desc=label, unit="batch", leave=False,
@@ -493,6 +495,15 @@ class Trainer:
         for cb in callbacks:
             cb.on_train_end(self)
         return self.history
+
+
+def interactive() -> bool:
+    """Whether stderr is a terminal: live progress bars there, one line per epoch elsewhere
+    (a log file or a CI log would otherwise get every refresh of the bar)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
 
 
 def format_epoch(s: dict[str, Any], epochs: int) -> str:

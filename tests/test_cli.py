@@ -349,3 +349,18 @@ def test_auto_architecture_is_compact_up_to_16x16_and_modern_above():
         auto = nc.build_network("auto", shape, 10, seed=0)
         named = nc.build_network(PRESETS[preset], shape, 10, seed=0)
         assert repr(auto) == repr(named), (shape, preset)
+
+
+def test_a_log_file_gets_lines_not_progress_bar_refreshes(tmp_path, npz):
+    """``train.py > log.txt 2>&1``: no tqdm refreshes (carriage returns), a few lines per epoch."""
+    log = tmp_path / "log.txt"
+    argv = [a for a in TINY if a != "--quiet"]
+    with open(log, "wb") as f:
+        r = subprocess.run([sys.executable, "train.py", "--data", npz, *argv, "--batch-size", "8"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=300, cwd=ROOT)
+    text = log.read_text()
+    assert r.returncode == 0, text
+    assert "\r" not in text  # tqdm redraws with carriage returns
+    lines = text.strip().splitlines()
+    epochs = [ln for ln in lines if ln.startswith("epoch ")]
+    assert len(epochs) == 2 and len(lines) <= 3 * 2 + 8, text  # 12 steps an epoch, a line each

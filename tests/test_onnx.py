@@ -75,3 +75,25 @@ def test_export_without_the_extra_names_it(tmp_path):
     r = run_without("onnx", "run_export", [ck, str(tmp_path / "m.onnx")])
     assert r.returncode == 2 and "pip install numbacnn[onnx]" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_network_remembers_its_input_shape_for_export(tmp_path, rng):
+    """The README's flow: a network built from layers exports once it has seen a batch; before
+    that, input_shape= works and the error names both ways."""
+    def layers():
+        return nc.Sequential([nc.Conv2D(3, 4, 3), nc.ReLU(), nc.Flatten(), nc.Dense(4 * 6 * 6, 5)], seed=0)
+
+    path = str(tmp_path / "m.onnx")
+    fresh = layers()
+    with pytest.raises(ValueError, match=r"run it on a batch first.*input_shape=\(C, H, W\)"):
+        nc.export_onnx(fresh, path)
+    with pytest.raises(ValueError, match="expected input"):  # a shape the layers cannot take
+        nc.export_onnx(fresh, path, input_shape=(3, 5, 5))
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    nc.export_onnx(fresh, path, input_shape=(3, 8, 8))
+    np.testing.assert_allclose(_run(onnx.load(path), {"input": x}), fresh.forward(x), rtol=1e-5, atol=1e-5)
+    seen = layers()
+    seen.forward(x, training=True)
+    assert seen.input_shape == (3, 8, 8)
+    nc.export_onnx(seen, path)
+    np.testing.assert_allclose(_run(onnx.load(path), {"input": x}), seen.forward(x), rtol=1e-5, atol=1e-5)
