@@ -51,7 +51,8 @@ def workloads() -> None:
         x = rng.random((20, *shape), dtype=np.float32)
         y = np.arange(20) % 10
         for i, make_opt in enumerate(optimizers):
-            net = nc.build_network(spec, shape, 10, seed=0)
+            colour = nc.Normalize.fit(x) if shape[0] == 3 else None  # as train.py on colour data
+            net = nc.build_network(spec, shape, 10, seed=0, normalize=colour)
             trainer = nc.Trainer(net, make_opt(net), batch_size=8, seed=0, progress=False,
                                  step_programs=i % 2 == 0, lr_schedule="onecycle" if i < 2 else "constant",
                                  augment="shift:2,flip" if i % 3 == 0 else None,

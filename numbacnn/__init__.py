@@ -15,6 +15,7 @@ from .layers import (
     GlobalAvgPool2D,
     Layer,
     MaxPool2D,
+    Normalize,
     ReLU,
     Residual,
     Tanh,
@@ -42,5 +43,5 @@ __all__ = [
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
-    "AdamW", "Augment", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Residual",
+    "AdamW", "Augment", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
 ]

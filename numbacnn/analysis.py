@@ -18,6 +18,7 @@ from .layers import (
     Flatten,
     GlobalAvgPool2D,
     MaxPool2D,
+    Normalize,
     ReLU,
     Residual,
     Tanh,
@@ -128,7 +129,7 @@ def _back_through(layer: Any, g: np.ndarray, in_shape: tuple) -> np.ndarray:
     if isinstance(layer, (Conv2D, AvgPool2D)):
         return _receptive(g, in_shape, layer.kernel_size, layer.stride, layer.padding,
                           all_channels=isinstance(layer, Conv2D))
-    if isinstance(layer, (ReLU, Tanh, Dropout, Flatten, BatchNorm2D)):
+    if isinstance(layer, (ReLU, Tanh, Dropout, Flatten, BatchNorm2D, Normalize)):
         return g.reshape(in_shape)
     if isinstance(layer, GlobalAvgPool2D):
         return np.broadcast_to(g.reshape(-1, 1, 1), in_shape).copy()

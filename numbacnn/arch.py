@@ -20,6 +20,7 @@ from .layers import (
     GlobalAvgPool2D,
     Layer,
     MaxPool2D,
+    Normalize,
     ReLU,
     Residual,
     Tanh,
@@ -298,9 +299,12 @@ def _adapt_pool(shape, k, s, p):
 
 
 def build_network(spec: str, input_shape: tuple[int, ...], n_classes: int,
-                  seed: int | np.random.Generator | None = None, adapt: bool = False) -> Sequential:
-    """A Sequential for ``spec`` (preset or spec string) on inputs of shape (C, H, W)."""
-    net = Sequential(build_layers(spec, input_shape, n_classes, adapt=adapt), seed=seed)
+                  seed: int | np.random.Generator | None = None, adapt: bool = False,
+                  normalize: Normalize | None = None) -> Sequential:
+    """A Sequential for ``spec`` (preset or spec string) on inputs of shape (C, H, W); with
+    ``normalize`` (e.g. ``Normalize.fit(x_train)``) that layer first, standardising each channel."""
+    layers = build_layers(spec, input_shape, n_classes, adapt=adapt)
+    net = Sequential(([normalize] if normalize is not None else []) + layers, seed=seed)
     net.architecture = spec
     net.input_shape = tuple(int(s) for s in input_shape)
     return net

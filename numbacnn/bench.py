@@ -32,34 +32,19 @@ N_CLASSES = 10
 # --- FLOP counting -----------------------------------------------------------------------------
 def flops_per_image(net) -> tuple[int, int]:
     """(forward, training) multiply-add FLOPs (x2) per image of the conv and dense layers (those
-    inside residual blocks included).
+    inside residual blocks included: ``Layer.macs``).
 
     Training counts forward + weight gradient + input gradient (3x forward), minus the input
     gradient of the first layer, which training does not compute.
     """
-    counts: list[int] = []
-    _count_flops(net.layers, tuple(net.input_shape), counts)
+    counts = []
+    shape = tuple(net.input_shape)
+    for layer in net.layers:
+        counts.append(2 * layer.macs(shape))
+        shape = layer.output_shape(shape)
     fwd = sum(counts)
     first = next((f for f in counts if f), 0)
     return fwd, 3 * fwd - first
-
-
-def _count_flops(layers, shape: tuple, counts: list[int]) -> tuple:
-    """Append each layer's forward FLOPs per image to ``counts``; returns the output shape."""
-    from .layers import Conv2D, Dense, Residual
-
-    for layer in layers:
-        out = layer.output_shape(shape)
-        if isinstance(layer, Conv2D):
-            counts.append(2 * layer.out_channels * layer.in_channels * layer.kernel_size[0] *
-                          layer.kernel_size[1] * out[1] * out[2])
-        elif isinstance(layer, Dense):
-            counts.append(2 * layer.in_features * layer.out_features)
-        elif isinstance(layer, Residual):
-            _count_flops(layer.body, shape, counts)
-            _count_flops(layer.shortcut or [], shape, counts)
-        shape = out
-    return shape
 
 
 # --- timing helpers ----------------------------------------------------------------------------
@@ -133,6 +118,7 @@ def _torch_module(layer, nn):
         Flatten,
         GlobalAvgPool2D,
         MaxPool2D,
+        Normalize,
         ReLU,
         Residual,
         Tanh,
@@ -158,6 +144,8 @@ def _torch_module(layer, nn):
         return _torch_residual(nn)([_torch_module(sub, nn) for sub in layer.body],
                                    None if layer.shortcut is None
                                    else [_torch_module(sub, nn) for sub in layer.shortcut])
+    if isinstance(layer, Normalize):
+        return _torch_normalize(nn)(layer.num_channels)
     if type(layer) in simple:
         return simple[type(layer)]()
     raise TypeError(f"no PyTorch twin for {layer!r}")
@@ -173,6 +161,20 @@ def _torch_residual(nn):
         def forward(self, x):
             return self.body(x) + self.shortcut(x)
     return Residual
+
+
+def _torch_normalize(nn):
+    import torch
+
+    class Normalize(nn.Module):  # torchvision.transforms.Normalize as a module with saved statistics
+        def __init__(self, channels):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(channels))
+            self.register_buffer("std", torch.ones(channels))
+
+        def forward(self, x):
+            return (x - self.mean[:, None, None]) / self.std[:, None, None]
+    return Normalize
 
 
 class _Torch:

@@ -88,6 +88,7 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
         "layers": [[type(layer).__name__, layer.get_config()] for layer in net.layers],
         "architecture": net.architecture,
         "input_shape": list(net.input_shape) if net.input_shape else None,
+        "classes": list(net.classes) if net.classes else None,
         "dropout_rng": [layer.rng.bit_generator.state for layer in net.all_layers() if hasattr(layer, "rng")],
     }
     if optimizer is not None:
@@ -133,6 +134,7 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
         raise CheckpointError(f"{path}: cannot rebuild the network: {e}") from None
     net.architecture = meta.get("architecture")
     net.input_shape = tuple(meta["input_shape"]) if meta.get("input_shape") else None
+    net.classes = list(meta["classes"]) if meta.get("classes") else None
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     for k, v in params.items():
         want = np.int64 if k.endswith("num_batches_tracked") else np.float32

@@ -67,6 +67,16 @@ def _number(kind, low: float, low_open: bool, high: float | None = None, high_op
     return parse
 
 
+def _size(text: str) -> tuple[int, int]:
+    try:
+        dims = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not H or H,W (e.g. 32 or 32,48)") from None
+    if len(dims) not in (1, 2) or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not H or H,W with positive sizes")
+    return (dims[0], dims[-1])
+
+
 def _augment(text: str) -> str:
     try:
         moves = Augment.parse(text)
@@ -78,9 +88,17 @@ def _augment(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train.py", description="Train a small CNN on MNIST-like data with numbacnn.")
     d = p.add_argument_group("data")
-    d.add_argument("--data", help="IDX directory or images file, .npz or .csv (default: scikit-learn "
-                   "digits, embedded)")
+    d.add_argument("--data", help="IDX directory or images file, .npz, .csv, an image folder (one "
+                   "sub-folder of pictures per class, optionally under train/ and test/) or CIFAR-10's "
+                   "cifar-10-batches-py/ (default: scikit-learn digits, embedded)")
     d.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
+    d.add_argument("--image-size", type=_size, default=None, metavar="H[,W]",
+                   help="image folders: resize every picture to H x W (default: the most common size)")
+    d.add_argument("--channels", type=int, choices=[1, 3], default=None,
+                   help="image folders: 1 (grey) or 3 (RGB) (default: 3 if any picture has colour)")
+    d.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="image folders: where the decoded pictures are cached (default: beside the "
+                   "folder, as FOLDER.numbacnn-cache.npz)")
     d.add_argument("--test-size", type=_number(float, 0, True, 1, True), default=0.2,
                    help="held-out test fraction when the data has no test split (default 0.2)")
     d.add_argument("--val-size", type=_number(float, 0, False, 1, True), default=0.0,
@@ -145,12 +163,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_confusion(m: np.ndarray) -> None:
+def _print_confusion(m: np.ndarray, classes: list[str] | None = None) -> None:
+    """Rows: true class (index and name), columns: predicted class (index)."""
     width = max(4, len(str(m.max())) + 1)
+    names = [n[:20] for n in classes] if classes else [""] * len(m)
+    label = max(len(n) for n in names) + 1 if classes else 0
     print("confusion matrix (rows: true class, columns: predicted):")
-    print(" " * 4 + "".join(f"{j:>{width}}" for j in range(m.shape[1])))
+    print(" " * (4 + label) + "".join(f"{j:>{width}}" for j in range(m.shape[1])))
     for i, row in enumerate(m):
-        print(f"{i:>3} " + "".join(f"{v:>{width}}" for v in row))
+        name = f"{names[i] if i < len(names) else '':<{label}}" if label else ""
+        print(f"{i:>3} {name}" + "".join(f"{v:>{width}}" for v in row))
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -160,7 +182,7 @@ def run(argv: list[str] | None = None) -> int:
     board = _check_args(args, dp, lead)
     if args.evaluate:
         return _finish(dp, _evaluate(args, dp, lead))
-    cfg = configure(args, lambda load: _on_lead(dp, load))
+    cfg = configure(args, lambda load: _on_lead(dp, load), progress=not args.quiet and lead)
     return _finish(dp, _train(args, cfg, dp, lead, board))
 
 
@@ -201,7 +223,8 @@ def _evaluate(args, dp: DataParallel | None, lead: bool) -> int:
     """--evaluate: loss, accuracy and the confusion matrix of a checkpoint on the test split."""
     ck = _on_lead(dp, lambda: load_checkpoint(args.evaluate))
     meta = ck.meta.get("training", {})
-    ds = load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size))
+    ds = load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size),
+                   ck.net.input_shape)
     check_shapes(ck.net, ds, args.evaluate)
     loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)
     n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
@@ -209,7 +232,7 @@ def _evaluate(args, dp: DataParallel | None, lead: bool) -> int:
     if lead:
         print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
               f"loss {loss:.4f}, accuracy {acc:.4f}")
-        _print_confusion(matrix)
+        _print_confusion(matrix, ck.net.classes or ds.classes)
     return 0
 
 
@@ -241,6 +264,10 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         print(f"numbacnn: {ds.name}: {len(cfg.y_tr)} train / {len(ds.y_test)} test images of shape "
               f"{ds.input_shape}, {ds.n_classes} classes; arch {cfg.arch}; {opt!r}; batch "
               f"{cfg.batch_size}; {ranks}{_config.get_num_threads()} threads")
+    if not args.quiet and lead and cfg.trainer_state is None:
+        from .summary import summarize
+
+        print(summarize(net, ds.input_shape, cfg.batch_size, cfg.opt_name, memory=net.device == "cpu"))
     first = _FirstEpochRouting(ds.x_test[:REPORT_BATCH]) if args.report and lead else None
 
     def report() -> int:
@@ -423,6 +450,44 @@ def run_export(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not C,H,W (e.g. 1,28,28)") from None
+    if len(dims) != 3 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not C,H,W with positive sizes (e.g. 3,32,32)")
+    return dims  # type: ignore[return-value]
+
+
+def run_summary(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn summary --arch SPEC --input C,H,W``: the layer table of a network."""
+    from .summary import summarize
+
+    p = _Parser(prog="python -m numbacnn summary",
+                description="Print a network's layers, parameters, multiply-adds and step memory.")
+    p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
+    p.add_argument("--input", type=_shape, metavar="C,H,W",
+                   help="per-example input shape (needed with --arch; default with --checkpoint: its own)")
+    p.add_argument("--classes", type=_number(int, 2, False), default=10, help="output classes (default 10)")
+    p.add_argument("--batch-size", type=_number(int, 1, False), default=64,
+                   help="batch of the measured training step (default 64)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
+    p.add_argument("--checkpoint", help="summarise a saved network instead of --arch")
+    args = p.parse_args(argv)
+    if args.checkpoint:
+        if not os.path.exists(args.checkpoint):
+            raise UsageError(f"--checkpoint: {args.checkpoint}: no such file or directory")
+        net = load_checkpoint(args.checkpoint).net
+    elif args.input is None:
+        raise UsageError("--input C,H,W is needed with --arch (e.g. --input 1,28,28)")
+    else:
+        net = build_network(args.arch, args.input, args.classes, seed=0)
+    print(f"{net.architecture}:" if net.architecture else "network:")
+    print(summarize(net, args.input, args.batch_size, args.optimizer))
+    return 0
+
+
 def run_find_lr(argv: list[str] | None = None) -> int:
     """``python -m numbacnn find-lr --data ... --arch ...``: the learning-rate finder."""
     from .lr_finder import find_lr
@@ -501,7 +566,9 @@ def run_predict(argv: list[str] | None = None) -> int:
             continue
         proba = net.predict_proba(np.stack([a for _, a in images]))
         for (name, _), pr in zip(images, proba):
-            rows.append((name, int(pr.argmax()), float(pr.max())))
+            k = int(pr.argmax())
+            rows.append((name, net.classes[k] if net.classes and k < len(net.classes) else k,
+                         float(pr.max())))
     if args.out:
         import csv
         import io

@@ -78,7 +78,11 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         dense(n_classes) is appended. Fitted to inputs too small for it (e.g. 1 x n_features).
     input_shape : tuple (C, H, W) or None
         How to reshape 2-D X. None: one square channel when n_features is a perfect square,
-        else a 1 x n_features image. 3-D (N, H, W) and 4-D (N, C, H, W) X are used as they are.
+        else a 1 x n_features image. 3-D (N, H, W) and 4-D (N, C, H, W) X are used as they are;
+        4-D (N, H, W, C) X with C in {1, 3} (channels last, as images load from files) is
+        transposed to (N, C, H, W), and later X must come in the same layout. Inputs are
+        standardised with the training data's mean and standard deviation: one pair for one
+        channel, one pair per channel for colour.
     optimizer : {"adam", "sgd", "rmsprop"}
     learning_rate : float
     momentum : float
@@ -156,8 +160,14 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
             raise ValueError(f"X must be 2-D (n_samples, n_features), 3-D or 4-D, got {X.ndim}-D")
         return X, y
 
+    @staticmethod
+    def _is_channels_last(X: np.ndarray) -> bool:
+        return X.ndim == 4 and X.shape[3] in (1, 3) and X.shape[1] not in (1, 3)
+
     def _resolve_shape(self, X: np.ndarray) -> tuple[int, int, int]:
         if X.ndim == 4:
+            if self._is_channels_last(X):
+                return (X.shape[3], X.shape[1], X.shape[2])
             return tuple(X.shape[1:])  # type: ignore[return-value]
         if X.ndim == 3:
             return (1,) + tuple(X.shape[1:])  # type: ignore[return-value]
@@ -171,14 +181,22 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         return (1, side, side) if side * side == n else (1, 1, n)
 
     def _images(self, X: np.ndarray, shape) -> np.ndarray:
-        """(N, C, H, W) float32, standardised with the scalar mean/scale of the training data
-        (one pair for all pixels, so image structure is kept and unscaled 0..255 data trains)."""
-        if X.ndim != 2 and tuple(X.shape[1:]) != tuple(shape)[4 - X.ndim:]:
+        """(N, C, H, W) float32, standardised with the mean/scale of the training data: one pair
+        for all pixels of one channel (so image structure is kept and unscaled 0..255 data
+        trains), one pair per channel for colour."""
+        c, h, w = shape
+        last = getattr(self, "channels_last_", False)
+        fitted = (h, w, c) if last else tuple(shape)
+        if X.ndim != 2 and tuple(X.shape[1:]) != fitted[4 - X.ndim:]:
             raise ValueError(f"X has image shape {X.shape[1:]}, but {type(self).__name__} was "
-                             f"fitted on {tuple(shape)}")
-        x = X.reshape((X.shape[0],) + tuple(shape)).astype(np.float32)
-        x -= np.float32(self.x_mean_)
-        x *= np.float32(1.0 / self.x_scale_)
+                             f"fitted on {fitted}" + (" (channels last)" if last else ""))
+        if last:
+            x = np.ascontiguousarray(X.reshape(X.shape[0], h, w, c).transpose(0, 3, 1, 2), np.float32)
+        else:
+            x = X.reshape((X.shape[0],) + tuple(shape)).astype(np.float32)
+        mean, scale = np.asarray(self.x_mean_, np.float64), np.asarray(self.x_scale_, np.float64)
+        x -= mean.astype(np.float32).reshape(-1, 1, 1)
+        x *= (1.0 / scale).astype(np.float32).reshape(-1, 1, 1)
         return x
 
     _parameter_constraints: dict = {
@@ -231,7 +249,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.net_.to(self.device)
         self._make_trainer(int(rng.integers(2**31)))
         self.input_shape_ = tuple(shape)
-        self.x_mean_, self.x_scale_ = 0.0, 1.0
+        # one mean and scale, or one per channel for colour (arrays of C)
+        self.x_mean_: float | np.ndarray = 0.0
+        self.x_scale_: float | np.ndarray = 1.0
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
 
@@ -245,8 +265,22 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
                                 label_smoothing=self.label_smoothing, lr_schedule=self.lr_schedule)
 
     def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        """One mean and std over all pixels; with sample weights, rows count by their weight (as
-        if repeated)."""
+        """One mean and std over all pixels (per channel for colour: arrays of C); with sample
+        weights, rows count by their weight (as if repeated)."""
+        c = self.input_shape_[0]
+        if c > 1:
+            last = self.channels_last_
+            planes = (X.reshape(len(X), *self.input_shape_[1:], c).transpose(3, 0, 1, 2) if last
+                      else X.reshape(len(X), c, -1).transpose(1, 0, 2)).reshape(c, len(X), -1)
+            means, stds = [], []
+            for p in planes:  # (N, H*W) of one channel
+                rows = p.astype(np.float64)
+                m = float(np.average(rows.mean(1), weights=w))
+                sd = float(np.sqrt(np.average(((rows - m) ** 2).mean(1), weights=w)))
+                means.append(m)
+                stds.append(sd if sd > 0 and np.isfinite(sd) else 1.0)
+            self.x_mean_, self.x_scale_ = np.array(means), np.array(stds)
+            return
         if w is None:
             std = float(np.std(X, dtype=np.float64))
             self.x_mean_ = float(np.mean(X, dtype=np.float64))
@@ -289,6 +323,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         weights = self._example_weights(y_all, sample_weight)
         if not warm:
             self._init_model(shape, len(classes), rng)
+            self.channels_last_ = self._is_channels_last(X)
             self._set_scaling(X, weights)
         x_all = self._images(X, shape)
         with _threads(self.n_threads):
@@ -327,6 +362,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
                                  f"{len(self.classes_)} class")
             self._init_model(self._resolve_shape(X), len(self.classes_),
                              np.random.default_rng(self.random_state))
+            self.channels_last_ = self._is_channels_last(X)
             self._set_scaling(X, self._example_weights(self._encode(y), sample_weight))
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {np.unique(classes)} differ from the first call's {self.classes_}")

@@ -116,6 +116,12 @@ class Layer:
         """Per-example output shape for a per-example input shape; raises ValueError if invalid."""
         return in_shape
 
+    def macs(self, in_shape: Shape) -> int:
+        """Multiply-adds of one example's forward through the layer's weights (convolutions and
+        dense layers, those inside residual blocks included; 0 for the others, whose elementwise
+        work is not counted)."""
+        return 0
+
     def _label(self) -> str:
         return self.name or repr(self)
 
@@ -275,6 +281,10 @@ class Conv2D(Layer):
     def strategy(self) -> str:
         return self.plan.name
 
+    def macs(self, in_shape: Shape) -> int:
+        _, oh, ow = self.output_shape(in_shape)
+        return self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1] * oh * ow
+
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         pool = self.fused_pool
@@ -429,6 +439,9 @@ class Dense(Layer):
             raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_features}), "
                              f"got (N, {', '.join(map(str, in_shape))}){hint}")
         return (self.out_features,)
+
+    def macs(self, in_shape: Shape) -> int:
+        return self.in_features * self.out_features
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
@@ -711,6 +724,66 @@ class GlobalAvgPool2D(Layer):
         return dx
 
 
+class Normalize(Layer):
+    """Per-channel standardisation of the input, y = (x - mean[c]) / std[c] (torchvision's
+    ``Normalize``), as a network's first layer: the training set's channel statistics travel with
+    the weights (``state_dict`` "mean" and "std", checkpoints, ONNX), so that prediction, evaluation
+    and exported models apply them. Nothing is trained."""
+
+    buffer_names = ("mean", "std")
+
+    def __init__(self, mean: Any, std: Any) -> None:
+        super().__init__()
+        m = np.ascontiguousarray(mean, dtype=np.float32).reshape(-1)
+        sd = np.ascontiguousarray(std, dtype=np.float32).reshape(-1)
+        if m.size == 0 or m.shape != sd.shape:
+            raise ValueError(f"Normalize: mean and std need one value per channel, got {m.size} and "
+                             f"{sd.size}")
+        if not (np.isfinite(m).all() and np.isfinite(sd).all() and (sd > 0).all()):
+            raise ValueError("Normalize: mean must be finite and std finite and positive")
+        self.num_channels = int(m.size)
+        self.mean, self.std = m, sd
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> Normalize:
+        """The layer for images x (N, C, H, W): each channel's mean and standard deviation, in float64
+        (a constant channel gets std 1)."""
+        m = x.mean(axis=(0, 2, 3), dtype=np.float64)
+        sd = x.std(axis=(0, 2, 3), dtype=np.float64)
+        return cls(m, np.where(sd > 0, sd, 1.0))
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3 or in_shape[0] != self.num_channels:
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.num_channels}, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        return in_shape
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        n, c = out_shape[0], self.num_channels
+        y = self._buf("y", out_shape)
+        self.backend.normalize_forward(y.reshape(n, c, -1), self.backend.asarray(x).reshape(n, c, -1),
+                                       self.mean, self.std)
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        shape = self._input()
+        dy = self._check_grad(dy, shape)
+        if not need_dx:
+            return None
+        dx = self._buf("dx", shape)
+        n, c = shape[0], shape[1]
+        self.backend.normalize_backward(dx.reshape(n, c, -1), dy.reshape(n, c, -1), self.std)
+        return dx
+
+    def get_config(self) -> dict[str, Any]:
+        host = self.backend.to_host
+        return {"mean": [float(v) for v in host(self.mean)], "std": [float(v) for v in host(self.std)]}
+
+    def __repr__(self) -> str:
+        return f"Normalize({self.num_channels})"
+
+
 class Residual(Layer):
     """A residual block: output = body(x) + shortcut(x), as in ResNets.
 
@@ -790,6 +863,15 @@ class Residual(Layer):
                              f"agree (give the block a shortcut, e.g. a strided 1x1 conv)")
         return shapes[0]
 
+    def macs(self, in_shape: Shape) -> int:
+        total = 0
+        for _, path in self._paths():
+            shape = in_shape
+            for layer in path:
+                total += layer.macs(shape)
+                shape = layer.output_shape(shape)
+        return total
+
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         h = s = self.backend.asarray(x)
@@ -867,7 +949,7 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
 
 LAYER_TYPES: dict[str, type[Layer]] = {cls.__name__: cls for cls in (
     Conv2D, MaxPool2D, AvgPool2D, Dense, ReLU, Tanh, Dropout, Flatten, BatchNorm2D, BatchNorm1D,
-    GlobalAvgPool2D, Residual)}
+    GlobalAvgPool2D, Residual, Normalize)}
 
 
 def layer_from_config(kind: str, config: dict[str, Any]) -> Layer:

@@ -54,6 +54,7 @@ class Sequential:
         self._can_backward = False
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
+        self.classes: list[str] | None = None  # class names by output index, if known
         self.backend: Backend = get_backend("cpu")
         if device != "cpu":
             self.to(device)
@@ -100,6 +101,7 @@ class Sequential:
     def __setstate__(self, state: dict) -> None:
         # the layers travel without their parameter views: point them back at the flat buffers
         self.__dict__.update(state)
+        self.__dict__.setdefault("classes", None)  # pickled before networks knew class names
         self.grads = np.zeros_like(self.params)
         self._bind_views()
 
@@ -217,6 +219,14 @@ class Sequential:
                 walk(layer.sublayers())
         walk(self.layers)
         return out
+
+    def summary(self, input_shape: Shape | None = None, batch_size: int = 64,
+                optimizer: str = "adam") -> None:
+        """Print one row per layer (output shape, parameters, multiply-adds), the totals and the
+        memory of a training step at ``batch_size`` (``numbacnn.summary.summarize`` returns it)."""
+        from .summary import summarize
+
+        print(summarize(self, input_shape, batch_size, optimizer))
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Softmax of the logits, (N, n_classes)."""

@@ -3,13 +3,14 @@ API (the [onnx] extra; never needed at import).
 
 Every layer maps to its standard operator: Conv (strides, pads), MaxPool, AveragePool (counting the
 zero padding, as the layer does), Gemm, Relu, Tanh, Flatten, BatchNormalization (running
-statistics), GlobalAveragePool + Flatten, and a residual block's paths joined by Add; Dropout
+statistics), GlobalAveragePool + Flatten, Sub + Div (Normalize), and a residual block's paths joined
+by Add; Dropout
 disappears (inference). Weights
 keep their ``state_dict`` names. A network's graph takes "input" (N, C, H, W) float32 and returns
 "logits" (N, K). An estimator's graph takes the rows the estimator takes, flattened to (N, C*H*W)
 float32 features, applies its scaling and reshape, and returns "probabilities" (N, K) equal to
 ``predict_proba``; column k is the class ``classes_[k]``, listed in the model's metadata ("classes",
-JSON).
+JSON), as a network's class names are when it has them.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from .layers import (
     Flatten,
     GlobalAvgPool2D,
     MaxPool2D,
+    Normalize,
     ReLU,
     Residual,
     Tanh,
@@ -101,6 +103,12 @@ def _chain(layers: list, prefix: str, x: str, weights: dict[str, np.ndarray], h:
             short = x if layer.shortcut is None else _chain(layer.shortcut, f"{key}.shortcut.", x,
                                                              weights, h, nodes, inits)
             nodes.append(h.make_node("Add", [body, short], [out], name=f"residual{tag}"))
+        elif isinstance(layer, Normalize):  # (x - mean) / std, the statistics shaped (C, 1, 1)
+            c = layer.num_channels
+            inits.extend(h.from_array(weights[f"{key}.{n}"].reshape(c, 1, 1), f"{key}.{n}")
+                         for n in ("mean", "std"))
+            nodes.append(h.make_node("Sub", [x, f"{key}.mean"], [f"{out}_centred"], name=f"centre{tag}"))
+            nodes.append(h.make_node("Div", [f"{out}_centred", f"{key}.std"], [out], name=f"scale{tag}"))
         elif isinstance(layer, (ReLU, Tanh)):
             op = "Relu" if isinstance(layer, ReLU) else "Tanh"
             nodes.append(h.make_node(op, [x], [out], name=f"act{tag}"))
@@ -136,16 +144,27 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
                              [h.make_tensor_value_info("input", T.FLOAT, ["N", c, hh, ww])],
                              [h.make_tensor_value_info("logits", T.FLOAT, ["N", k])], inits)
         meta: dict[str, str] = {"architecture": str(model.architecture)}
+        if model.classes:
+            meta["classes"] = json.dumps(list(model.classes))
     elif hasattr(model, "net_"):
         net = model.net_
         shape = tuple(model.input_shape_)
+        c, hh, ww = shape
+        last = getattr(model, "channels_last_", False)
         nums = onnx.numpy_helper
-        inits = [nums.from_array(np.array([model.x_mean_], np.float32), "x_mean"),
-                 nums.from_array(np.array([1.0 / model.x_scale_], np.float32), "x_inv_scale"),
-                 nums.from_array(np.array((-1,) + shape, np.int64), "image_shape")]
-        nodes = [h.make_node("Sub", ["X", "x_mean"], ["centred"], name="centre"),
-                 h.make_node("Mul", ["centred", "x_inv_scale"], ["scaled"], name="scale"),
-                 h.make_node("Reshape", ["scaled", "image_shape"], ["images"], name="to_images")]
+        # the estimator's scaling: one (mean, 1/scale) pair, or one per channel, shaped (C, 1, 1)
+        mean = np.asarray(model.x_mean_, np.float64).astype(np.float32).reshape(-1, 1, 1)
+        inv = (1.0 / np.asarray(model.x_scale_, np.float64)).astype(np.float32).reshape(-1, 1, 1)
+        inits = [nums.from_array(mean, "x_mean"), nums.from_array(inv, "x_inv_scale"),
+                 nums.from_array(np.array((-1, hh, ww, c) if last else (-1,) + shape, np.int64),
+                                 "image_shape")]
+        nodes = [h.make_node("Reshape", ["X", "image_shape"], ["rows_as_images"], name="to_images")]
+        if last:  # (N, H, W, C) rows -> (N, C, H, W)
+            nodes.append(h.make_node("Transpose", ["rows_as_images"], ["nchw"], name="to_nchw",
+                                     perm=[0, 3, 1, 2]))
+        nodes += [h.make_node("Sub", ["nchw" if last else "rows_as_images", "x_mean"], ["centred"],
+                              name="centre"),
+                  h.make_node("Mul", ["centred", "x_inv_scale"], ["images"], name="scale")]
         more, more_inits, out = _network_nodes(net, "images", onnx)
         nodes += more + [h.make_node("Softmax", [out], ["probabilities"], name="softmax", axis=1)]
         graph = h.make_graph(nodes, "numbacnn_classifier",

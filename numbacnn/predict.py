@@ -10,37 +10,18 @@ bomb guard stays on: an image above its pixel limit is refused, not decoded.
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 
 from .data import DataError, as_images, load_csv, load_npz, read_idx
-
-EXTRA = "pip install numbacnn[image]"
-PICTURES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+from .data.folders import PICTURES, read_picture
 
 
 def _picture(path: str, shape: tuple[int, int, int]) -> np.ndarray:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise DataError(f"{path}: reading pictures needs Pillow: {EXTRA}") from None
     c, h, w = shape
     if c not in (1, 3):
         raise DataError(f"{path}: the model takes {c}-channel images; pictures give 1 (grey) or 3 (RGB)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refuse
-            with Image.open(path) as opened:
-                img = opened.convert("L" if c == 1 else "RGB")
-                if img.size != (w, h):
-                    img = img.resize((w, h), Image.Resampling.BILINEAR)
-                a = np.asarray(img, dtype=np.uint8)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise DataError(f"{path}: refused, larger than Pillow's decompression-bomb limit ({e})") from None
-    except (OSError, SyntaxError, ValueError) as e:  # not an image, truncated, unsupported
-        raise DataError(f"{path}: not a readable image ({e})") from None
-    return as_images(a[None] if c == 1 else a.transpose(2, 0, 1)[None], path)
+    return as_images(read_picture(path, c, (h, w))[None], path)  # as the image-folder loader reads it
 
 
 def load_images(path: str, shape: tuple[int, int, int]) -> list[tuple[str, np.ndarray]]:

@@ -222,6 +222,8 @@ def sections(model: Any, x: np.ndarray, y: np.ndarray, history: list[dict[str, A
     """Every figure of the report, with its title and caption, for test data (x, y)."""
     xb = np.asarray(x)[:batch]  # the routing batch
     out = []
+    if class_names is None and isinstance(model, A.Sequential):
+        class_names = model.classes  # from the data's folders or a checkpoint, if known
     if history:
         out.append(Section("learning_curves", "Learning curves", "Loss and accuracy after each "
                            "epoch: a test curve that turns up while training keeps falling is overfitting.",

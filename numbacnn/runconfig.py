@@ -4,6 +4,8 @@ settings win; a conflicting flag or other training data is refused)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +15,9 @@ import numpy as np
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
-from .data import Dataset, load_dataset, stratified_split
+from .data import Dataset, _is_image_folder, load_dataset, stratified_split
+from .data.cifar import is_cifar
+from .layers import Normalize
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
 
@@ -34,8 +38,28 @@ class UsageError(Exception):
     """A bad command line (exit status 2)."""
 
 
-def load_data(args: Any, seed: int, test_size: float) -> Dataset:
-    return load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed)
+def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | None = None,
+              progress: bool = False) -> Dataset:
+    """The data of ``--data``; an image folder is read at ``--image-size`` and ``--channels``, or
+    at a checkpoint's input ``shape`` (C, H, W) when those are not given."""
+    size, channels = getattr(args, "image_size", None), getattr(args, "channels", None)
+    folder = bool(args.data) and os.path.isdir(args.data) and _is_image_folder(args.data) and \
+        not is_cifar(args.data)
+    if (size is not None or channels is not None) and not folder:
+        raise UsageError("--image-size and --channels apply to image folders (a --data directory of "
+                         "class folders)")
+    if folder and shape is not None:
+        size = size or tuple(shape[1:])
+        channels = channels or shape[0]
+    ds = load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed,
+                      image_size=size if folder else None, channels=channels if folder else None,
+                      cache_dir=getattr(args, "cache_dir", None), progress=progress)
+    if ds.skipped:
+        shown = "; ".join(f"{p} ({why})" for p, why in ds.skipped[:3])
+        more = f" and {len(ds.skipped) - 3} more" if len(ds.skipped) > 3 else ""
+        print(f"train.py: warning: skipped {len(ds.skipped)} unreadable pictures: {shown}{more}",
+              file=sys.stderr)
+    return ds
 
 
 def recipe_name(ds: Dataset) -> str:
@@ -58,10 +82,14 @@ def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
 
 
 def check_shapes(net: Sequential, ds: Dataset, path: str) -> None:
-    """A checkpoint's network fits the data: its input shape, and enough classes for the labels."""
+    """A checkpoint's network fits the data: its input shape, its class names (when both have
+    them), and enough classes for the labels."""
     if net.input_shape is not None and tuple(net.input_shape) != ds.input_shape:
         raise CheckpointError(f"{path}: the network expects images of shape {tuple(net.input_shape)}, "
                               f"the data has {ds.input_shape}")
+    if net.classes and ds.classes and list(net.classes) != list(ds.classes):
+        raise CheckpointError(f"{path}: the network was trained on classes {', '.join(net.classes)}; "
+                              f"the data has {', '.join(ds.classes)}")
     n_out = net.output_shape(ds.input_shape)[0]
     if ds.n_classes > n_out:
         raise CheckpointError(f"{path}: the network has {n_out} classes, the data has labels up to "
@@ -137,9 +165,10 @@ def _new_optimizer(args: Any, opt_name: str, net: Sequential, recipe: dict[str, 
     return make_optimizer(opt_name, net, **kwargs)
 
 
-def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConfig:
+def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: bool = False) -> RunConfig:
     """The run that the parsed ``args`` ask for (``on_lead(load)``: load a checkpoint once, on
-    the rank that reads files, and hand it to every rank)."""
+    the rank that reads files, and hand it to every rank; ``progress``: report decoding an image
+    folder)."""
     resume, tmeta = _resume_meta(args, on_lead)
     seed = tmeta.get("seed", 0 if args.seed is None else args.seed)
     arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
@@ -147,7 +176,7 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
     test_size = tmeta.get("test_size", args.test_size)
     val_size = tmeta.get("val_size", args.val_size)
 
-    ds = load_data(args, seed, test_size)
+    ds = load_data(args, seed, test_size, resume.net.input_shape if resume else None, progress)
     fingerprint = data_fingerprint(ds.x_train, ds.y_train)
     if resume and tmeta.get("data_fingerprint", fingerprint) != fingerprint:
         raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
@@ -167,7 +196,11 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> RunConf
         opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
         opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
     else:
-        net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed).to(args.device)
+        # colour images: each channel standardised with the training part's statistics, inside
+        # the network (so prediction, evaluation and ONNX apply them too)
+        norm = Normalize.fit(x_tr) if ds.input_shape[0] == 3 else None
+        net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed, normalize=norm).to(args.device)
+        net.classes = ds.classes
         opt = _new_optimizer(args, opt_name, net, recipe)
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
     moves = Augment.parse(tmeta.get("augment", args.augment or recipe.get("augment")))

@@ -48,6 +48,9 @@ def oracle(layer, x, dy, p):
     if isinstance(layer, nc.AvgPool2D):
         return ref.avgpool2d_forward(x, *geometry), ref.avgpool2d_backward(dy, x, *geometry), {}
     x64 = x.astype(np.float64)
+    if isinstance(layer, nc.Normalize):
+        std = host(layer.std).astype(np.float64).reshape(1, -1, 1, 1)
+        return ref.normalize(x64, host(layer.mean), host(layer.std)), dy / std, {}
     if isinstance(layer, nc.ReLU):
         return np.maximum(x64, 0), dy * (x64 > 0), {}
     return np.tanh(x64), dy * (1 - np.tanh(x64) ** 2), {}
@@ -65,6 +68,7 @@ def oracle(layer, x, dy, p):
     (lambda: nc.Dense(7, 4), (3, 7)),
     (lambda: nc.ReLU(), (2, 3, 4)),
     (lambda: nc.Tanh(), (2, 3, 4)),
+    (lambda: nc.Normalize([0.1, 0.5, -0.2], [0.3, 2.0, 1.5]), (2, 3, 4, 5)),
 ])
 @pytest.mark.parametrize("ties", [False, True])
 def test_layer_matches_oracle(make, shape, ties):

@@ -167,6 +167,14 @@ def global_avgpool(x):
     return np.asarray(x, np.float64).mean(axis=(2, 3))
 
 
+def normalize(x, mean, std):
+    """Per-channel (x - mean[c]) / std[c] of (N, C, H, W), in float64."""
+    x = np.asarray(x, np.float64)
+    c = x.shape[1]
+    mean, std = (np.asarray(a, np.float64).reshape(1, c, 1, 1) for a in (mean, std))
+    return (x - mean) / std
+
+
 def augment(x, idx, shifts, flips):
     """The batch x[idx] with example i translated by shifts[i] = (dy, dx), zero fill, then
     mirrored left-right where flips[i]."""

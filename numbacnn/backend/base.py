@@ -167,6 +167,13 @@ class Backend:
         launch(self.kernels.batchnorm_backward, dx if dx is not None else dy, dweight, dbias, dy, x, y,
                mean, invstd, weight, relu, batch_stats, dx is not None)
 
+    def normalize_forward(self, y, x, mean, std) -> None:
+        """y = (x - mean[c]) / std[c] on (N, C, S) arrays."""
+        launch(self.kernels.normalize_forward, y, x, mean, std)
+
+    def normalize_backward(self, dx, dy, std) -> None:
+        launch(self.kernels.normalize_backward, dx, dy, std)
+
     def add(self, y, a, b) -> None:
         """y = a + b, flat."""
         launch(self.kernels.add, y, a, b)

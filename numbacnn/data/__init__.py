@@ -1,7 +1,9 @@
-"""Datasets: scikit-learn digits, MNIST-like IDX / npz / csv files, splits and mini-batches.
+"""Datasets: scikit-learn digits, MNIST-like IDX / npz / csv files, image folders (``folders.py``),
+CIFAR-10 (``cifar.py``), and splits.
 
-Every loader returns float32 images (N, C, H, W) scaled to [0, 1] and int64 labels, and raises
-``DataError`` naming the file and the problem. ``python -m numbacnn.data download`` fetches MNIST.
+Every loader returns float32 images (N, C, H, W) scaled to [0, 1] and int64 labels (and the class
+names when the data has them), and raises ``DataError`` naming the file and the problem.
+``python -m numbacnn.data download`` fetches MNIST, Fashion-MNIST, KMNIST and CIFAR-10.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,10 +31,13 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
+    classes: list[str] | None = None  # class names by label, when the data has them
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # unreadable pictures: (path, why)
 
     @property
     def n_classes(self) -> int:
-        return int(max(self.y_train.max(), self.y_test.max())) + 1
+        seen = int(max(self.y_train.max(), self.y_test.max())) + 1
+        return max(seen, len(self.classes or ()))
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -55,6 +60,8 @@ def as_images(x: np.ndarray, source: str) -> np.ndarray:
         raise DataError(f"{source}: the dataset is empty")
     if min(x.shape[1:]) < 1:
         raise DataError(f"{source}: images have an empty dimension, shape {x.shape}")
+    if x.dtype == np.uint8:  # pictures and IDX files: in range and finite by their type
+        return np.ascontiguousarray(x, dtype=np.float32) / np.float32(255.0)
     integer = np.issubdtype(x.dtype, np.integer)
     x = x.astype(np.float32)
     if not np.isfinite(x).all():
@@ -173,9 +180,18 @@ def labels_beside(images_path: str) -> str:
 
 # --- npz / csv -----------------------------------------------------------------------------------
 def load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    return _load_npz(path)[:4]  # type: ignore[return-value]
+
+
+def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
+                                  list[str] | None]:
+    """x_train, y_train, x_test, y_test and the optional ``classes`` (strings, one per label)."""
+    classes = None
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
+            if "classes" in keys:
+                classes = _class_names(z["classes"], f"{path}[classes]")
             if {"x_train", "y_train"} <= keys:
                 xtr, ytr = z["x_train"], z["y_train"]
                 xte = z["x_test"] if "x_test" in keys else None
@@ -201,7 +217,36 @@ def load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.n
         if xte.shape[1:] != xtr.shape[1:]:
             raise DataError(f"{path}: train images are {xtr.shape[1:]} but test images are "
                             f"{xte.shape[1:]}")
-    return xtr, ytr, xte, yte
+    return xtr, ytr, xte, yte, classes
+
+
+def _class_names(a: np.ndarray, source: str) -> list[str]:
+    a = np.asarray(a)
+    if a.ndim != 1 or a.dtype.kind not in "US" or not a.size:
+        raise DataError(f"{source}: class names must be a 1-D array of strings, got {a.dtype} {a.shape}")
+    names = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in a.tolist()]
+    if len(set(names)) != len(names):
+        raise DataError(f"{source}: class names repeat: {names}")
+    return names
+
+
+def _check_classes(classes: list[str] | None, y: np.ndarray, source: str) -> None:
+    if classes is not None and len(y) and int(y.max()) >= len(classes):
+        raise DataError(f"{source}: label {int(y.max())} but only {len(classes)} class names")
+
+
+def read_classes_txt(directory: str) -> list[str] | None:
+    """Class names, one per line, from ``classes.txt`` in an IDX directory (written by
+    ``python -m numbacnn.data download``), or None."""
+    path = os.path.join(directory, "classes.txt")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [ln.strip() for ln in f if ln.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    return _class_names(np.array(names), path) if names else None
 
 
 def load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -309,12 +354,27 @@ def stratified_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
 
 
 def load_dataset(path: str | None = None, labels: str | None = None, test_size: float = 0.2,
-                 seed: int = 0) -> Dataset:
+                 seed: int = 0, image_size: int | tuple[int, int] | None = None,
+                 channels: int | None = None, cache_dir: str | None = None,
+                 progress: bool = False) -> Dataset:
     """Load ``path`` (None: the embedded digits) and return train and test arrays.
 
-    Data without a test split is split with a stratified ``test_size`` hold-out seeded by ``seed``.
+    ``path`` is a directory of MNIST IDX files, CIFAR-10's ``cifar-10-batches-py/`` (or its
+    ``.tar.gz``), an image folder (one sub-folder of pictures per class, optionally under
+    ``train/`` and ``test/``), or an IDX, ``.npz`` or ``.csv`` file. Data without a test split is
+    split with a stratified ``test_size`` hold-out seeded by ``seed``. ``image_size`` ((H, W) or
+    one side), ``channels`` (1 or 3), ``cache_dir`` and ``progress`` apply to image folders (see
+    ``numbacnn.data.folders.load_image_folder``).
     """
+    from . import cifar, folders
+
     x_te = y_te = None
+    classes: list[str] | None = None
+    skipped: list[tuple[str, str]] = []
+    if (image_size is not None or channels is not None) and not (path and os.path.isdir(path) and
+                                                                 _is_image_folder(path)):
+        raise DataError("image size and channels apply to image folders only (the data "
+                        f"{path or 'digits'} has a fixed shape)")
     if path is None or path == "digits":
         name = "digits"
         x, y = load_digits_dataset()
@@ -324,19 +384,36 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
         name = os.path.basename(os.path.normpath(path))
         train = _idx_pair_in_dir(path, "train")
         test = _idx_pair_in_dir(path, "t10k")
-        if train is None and test is None:
-            raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], "
-                            f"t10k-images-idx3-ubyte[.gz], ...) in this directory")
-        if train is not None and test is not None:
-            x, y = load_idx(*train)
-            x_te, y_te = load_idx(*test)
+        if train is not None or test is not None:
+            if train is not None and test is not None:
+                x, y = load_idx(*train)
+                x_te, y_te = load_idx(*test)
+            else:
+                x, y = load_idx(*(train or test))  # type: ignore[misc]
+            classes = read_classes_txt(path)
+        elif cifar.is_cifar(path):
+            x, y, x_te, y_te, classes = cifar.load_cifar10(path)
+            x = as_images(x, path)
+            x_te = None if x_te is None else as_images(x_te, path)
+        elif _is_image_folder(path):
+            size = (image_size, image_size) if isinstance(image_size, int) else image_size
+            got = folders.load_image_folder(path, size, channels, cache_dir, progress=progress)
+            x, y, classes, skipped = as_images(got.x_train, path), got.y_train, got.classes, got.skipped
+            x_te = None if got.x_test is None else as_images(got.x_test, path)
+            y_te = got.y_test
         else:
-            x, y = load_idx(*(train or test))  # type: ignore[misc]
+            raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], ...), no CIFAR-10 "
+                            f"batches and no class folders of pictures in this directory")
+    elif os.path.basename(path) == cifar.ARCHIVE:
+        name = "cifar-10"
+        x, y, x_te, y_te, classes = cifar.load_cifar10(path)
+        x = as_images(x, path)
+        x_te = None if x_te is None else as_images(x_te, path)
     else:
         name = os.path.basename(path)
         low = path.lower()
         if low.endswith(".npz"):
-            x, y, x_te, y_te = load_npz(path)
+            x, y, x_te, y_te, classes = _load_npz(path)
         elif low.endswith(".csv") or low.endswith(".csv.gz"):
             x, y = load_csv(path)
             if labels:
@@ -350,7 +427,13 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
     if len(np.unique(y)) < 2:
         raise DataError(f"{path or name}: training labels hold a single class; need at least 2")
     assert y_te is not None
-    return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te)
+    _check_classes(classes, np.concatenate([y, y_te]), str(path))
+    return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te, classes, skipped)
+
+
+def _is_image_folder(path: str) -> bool:
+    """A directory with at least one sub-folder (of class folders, or of pictures)."""
+    return any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
 
 
 def write_idx(path: str, array: np.ndarray) -> None:

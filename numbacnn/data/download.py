@@ -1,5 +1,6 @@
-"""Download MNIST / Fashion-MNIST from a list of mirrors: checksums verified, partial downloads resumed,
-failures retried, and nothing but a verified file ever stored under the final name.
+"""Download MNIST, Fashion-MNIST, KMNIST or CIFAR-10 from a list of mirrors: checksums verified,
+partial downloads resumed, failures retried, and nothing but a verified file ever stored under the
+final name. Class names go to ``classes.txt`` beside IDX files (CIFAR-10's archive holds its own).
 
     python -m numbacnn.data download mnist --dir data/
 """
@@ -33,6 +34,20 @@ DATASETS: dict[str, dict[str, Any]] = {
                   "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
                   "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
                   "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310"},
+        "classes": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                    "Bag", "Ankle boot"],
+    },
+    "kmnist": {  # Kuzushiji-MNIST (ROIS-CODH, CC BY-SA 4.0)
+        "mirrors": ["http://codh.rois.ac.jp/kmnist/dataset/kmnist/"],
+        "files": {"train-images-idx3-ubyte.gz": "bdb82020997e1d708af4cf47b453dcf7",
+                  "train-labels-idx1-ubyte.gz": "e144d726b3acfaa3e44228e80efcd344",
+                  "t10k-images-idx3-ubyte.gz": "5c965bf0a639b31b8f53240b1b52f4d7",
+                  "t10k-labels-idx1-ubyte.gz": "7320c461ea6c1c855c0b718fb2a4b134"},
+        "classes": ["o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo"],
+    },
+    "cifar10": {  # the python batches; train.py --data reads the archive without extracting it
+        "mirrors": ["https://www.cs.toronto.edu/~kriz/"],
+        "files": {"cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a"},
     },
 }
 
@@ -121,14 +136,17 @@ def download(dataset: str, directory: str, mirrors: list[str] | None = None,
             time.sleep(backoff * (attempt + 1))
         if not done:
             raise DownloadError(f"could not download {name}: " + "; ".join(errors[-len(mirrors):]))
+    if spec.get("classes"):
+        with open(os.path.join(directory, "classes.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(spec["classes"]) + "\n")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m numbacnn.data",
-                                description="Download MNIST-like datasets.")
+                                description="Download MNIST, Fashion-MNIST, KMNIST or CIFAR-10.")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("download", help="fetch a dataset's four IDX files")
+    d = sub.add_parser("download", help="fetch a dataset's files (four IDX files, or CIFAR-10's archive)")
     d.add_argument("dataset", choices=sorted(DATASETS))
     d.add_argument("--dir", default=None, help="target directory (default: data/DATASET)")
     d.add_argument("--mirror", action="append", help="mirror base URL (repeatable; replaces defaults)")

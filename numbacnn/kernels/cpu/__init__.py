@@ -16,6 +16,7 @@ from .conv2d_positions import conv2d_backward_positions, conv2d_forward_position
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy
+from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
 from .pool import (
                           avgpool2d_backward,
@@ -29,7 +30,7 @@ from .pool import (
 
 __all__ = [
     "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train", "gather_augment",
-    "global_avgpool2d_backward", "global_avgpool2d_forward",
+    "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",

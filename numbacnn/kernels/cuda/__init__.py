@@ -18,6 +18,7 @@ from .batchnorm import batchnorm_backward, batchnorm_forward_eval, batchnorm_for
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy, step_stats
+from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
 from .pool import (
                    avgpool2d_backward,
@@ -30,7 +31,7 @@ from .pool import (
 
 __all__ = [
     "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train",
-    "global_avgpool2d_backward", "global_avgpool2d_forward",
+    "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
     "conv2d_forward_gather",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",

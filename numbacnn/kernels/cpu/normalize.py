@@ -1,0 +1,31 @@
+"""Per-channel input normalisation, forward and backward: y = (x - mean[c]) / std[c]
+(a colour data set's channel statistics, applied by the network's first layer)."""
+from numba import prange
+
+from ..._config import kernel
+
+
+@kernel()
+def normalize_forward(y, x, mean, std):
+    """y[n, c, s] = (x[n, c, s] - mean[c]) / std[c]. y, x: (N, C, S); mean, std: (C,)."""
+    N, C, S = x.shape
+    for nc in prange(N * C):  # one plane per iteration
+        n = nc // C
+        c = nc % C
+        m, k = mean[c], std[c]
+        ys, xs = y[n, c], x[n, c]
+        for i in range(S):
+            ys[i] = (xs[i] - m) / k
+
+
+@kernel()
+def normalize_backward(dx, dy, std):
+    """dx[n, c, s] = dy[n, c, s] / std[c]. dx, dy: (N, C, S); std: (C,)."""
+    N, C, S = dy.shape
+    for nc in prange(N * C):  # one plane per iteration
+        n = nc // C
+        c = nc % C
+        k = std[c]
+        dxs, dys = dx[n, c], dy[n, c]
+        for i in range(S):
+            dxs[i] = dys[i] / k

@@ -1,0 +1,33 @@
+"""Every Python block of README.md runs, in order, in one namespace (as a reader pastes them), in a
+scratch directory: the guide cannot drift from the code."""
+import os
+import re
+
+import pytest
+from conftest import ROOT
+
+README = os.path.join(ROOT, "README.md")
+
+
+def python_blocks() -> list[str]:
+    text = open(README, encoding="utf-8").read()
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_readme_has_python_blocks():
+    blocks = python_blocks()
+    assert len(blocks) >= 3 and all(b.strip() for b in blocks)
+
+
+def test_every_readme_python_block_runs_in_order(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("onnx")  # the export block
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "readme"}
+    for i, block in enumerate(python_blocks()):
+        try:
+            exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)
+        except Exception as e:  # name the block in the failure
+            pytest.fail(f"README.md python block {i + 1} failed: {type(e).__name__}: {e}\n{block}")
+    assert os.path.exists("model.onnx") and os.path.exists("clf.onnx") and os.path.exists("model.npz")
+    printed = capsys.readouterr().out
+    assert "parameters:" in printed  # net.summary()
