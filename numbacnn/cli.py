@@ -279,6 +279,8 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         info = {"dataset": ds.name, "architecture": cfg.arch, "optimizer": repr(opt),
                 "batch size": cfg.batch_size, "epochs": trainer.epoch,
                 "test accuracy": (trainer.history or [{}])[-1].get("test_accuracy")}
+        if net.classes:
+            info["classes"] = ", ".join(net.classes)
         try:
             page = write_report(args.report, net, ds.x_test, ds.y_test, trainer.history,
                                 routing_first=first.stages if first else None, info=info)
@@ -414,12 +416,13 @@ def run_report(argv: list[str] | None = None) -> int:
 
     ck = load_checkpoint(args.checkpoint)
     meta = ck.meta.get("training", {})
-    ds = load_dataset(args.data, labels=args.labels, test_size=meta.get("test_size", 0.2),
-                      seed=meta.get("seed", 0))
+    ds = load_data(args, meta.get("seed", 0), meta.get("test_size", 0.2), ck.net.input_shape)
     check_shapes(ck.net, ds, args.checkpoint)
     history = (meta.get("trainer") or {}).get("history")
     info = {"checkpoint": args.checkpoint, "dataset": ds.name, "architecture": ck.net.architecture,
             "epochs": len(history or [])}
+    if ck.net.classes:
+        info["classes"] = ", ".join(ck.net.classes)
     print(f"report: {write_report(args.out, ck.net, ds.x_test, ds.y_test, history, info=info)}")
     return 0
 
