@@ -1,6 +1,7 @@
 """The benchmark tool: FLOP counts against a hand count, and a tiny end-to-end run to JSON."""
 import json
 
+import numpy as np
 import pytest
 
 import numbacnn as nc
@@ -15,6 +16,22 @@ def test_flops_per_image_match_a_hand_count():
     fwd = conv1 + conv2 + dense
     # training: forward, weight gradients and input gradients, minus the first layer's input gradient
     assert bench.flops_per_image(net) == (fwd, 3 * fwd - conv1)
+
+
+def test_the_fma_loop_computes_the_64_fmas_per_element_it_counts():
+    """The peak loop's arithmetic against a float64 transcription (so the FLOPs it counts are done,
+    not folded away), and the peak is a positive number."""
+    x = np.linspace(0.1, 0.9, 37, dtype=np.float32)[None]
+    want = x.astype(np.float64)[0].copy()
+    for _ in range(3):
+        v = want
+        a = [v + 0.001, v + 0.5, v - 0.001, v - 0.5, v * 0.5, v * 0.001, v + v, v * v]
+        for _k in range(8):
+            a = [ai * v + 0.5 for ai in a]
+        want = v * 0.5 + 0.001 * (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
+    bench._fma_chains(x, 3)
+    np.testing.assert_allclose(x[0], want, rtol=1e-5)
+    assert bench.fma_peak(1, seconds=0.01, repeats=1) > 0
 
 
 def test_time_block_counts_calls_per_second():
@@ -37,6 +54,8 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
         assert abs(r["train_gflops"] - r["train_img_s"] * r["flops_train_per_image"] / 1e9) < 1e-6
         assert r["matmul_peak_gflops"] > 0
         assert abs(r["train_fraction_of_peak"] - r["train_gflops"] / r["matmul_peak_gflops"]) < 1e-9
+        assert abs(r["train_fraction_of_fma_peak"] - r["train_gflops"] / r["fma_peak_gflops"]) < 1e-9
+        assert abs(r["infer_ms_per_batch"] - 1e3 * 8 / r["infer_img_s"]) < 1e-9
         try:  # onnxruntime runs the exported model beside ours when it is installed
             import onnxruntime  # noqa: F401
             assert r["onnx_infer_img_s"] > 0 and r["onnx_infer_ratio"] > 0
