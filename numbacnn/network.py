@@ -11,6 +11,7 @@ import numpy as np
 from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Dropout, Layer, Residual, Shape, fuse_chain
+from .program import InferenceProgram
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 
@@ -84,6 +85,7 @@ class Sequential:
     def _fuse(self, enabled: bool = True) -> None:
         """Set up the layers' fusions (``layers.fuse_chain``: conv/BatchNorm + ReLU (+ max pool))."""
         fuse_chain(self.layers, enabled)
+        self._programs: dict[Shape, InferenceProgram] = {}  # recorded with the old kernels: dropped
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):
@@ -95,6 +97,7 @@ class Sequential:
         if self.device != "cpu":
             raise TypeError("move the network to the CPU (net.to('cpu')) before pickling it")
         state = self.__dict__.copy()
+        state["_programs"] = {}  # recorded calls hold this process's buffers
         state["grads"] = None  # gradients are scratch: zeros again after unpickling
         return state
 
@@ -156,10 +159,24 @@ class Sequential:
             return to_host(h).copy()
         self._can_backward = False
         parts = []
+        replay = self.device == "cpu" and upto is None
         for lo in range(0, x.shape[0], EVAL_BATCH):
-            h = self.through(self.backend.asarray(x[lo:lo + EVAL_BATCH]), False, upto)
+            xs = x[lo:lo + EVAL_BATCH]
+            if replay:
+                h = self._inference(xs.shape).run(xs)
+            else:
+                h = self.through(self.backend.asarray(xs), False, upto)
             parts.append(to_host(h).copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _inference(self, shape: Shape) -> InferenceProgram:
+        """The recorded inference forward for input ``shape`` (recorded on first use; dropped when
+        the fusions, the device or the parameter buffers change)."""
+        programs = self.__dict__.setdefault("_programs", {})
+        prog = programs.get(shape)
+        if prog is None or prog.params is not self.params:
+            prog = programs[shape] = InferenceProgram(self, shape)
+        return prog
 
     def through(self, h: Any, training: bool, upto: int | None = None,
                 visit: Callable[[int, Layer, Any, Any], None] | None = None) -> Any:

@@ -1,5 +1,6 @@
 """A training step: forward, softmax cross-entropy and backward of a network for one batch shape,
-with its buffers bound, on the network's device.
+with its buffers bound, on the network's device; and the inference forward of one input shape
+(``InferenceProgram``, what ``Sequential.forward(training=False)`` runs on the CPU).
 
 On the CPU the first call runs the layers' own Python (shape checks, workspace lookups, plan
 choices) once inside ``backend.calls.capture``, which collects every kernel call the layers, plans
@@ -126,3 +127,31 @@ class StepProgram:
             raise RuntimeError("this step cannot be replayed: the logits are no bound contiguous buffer")
         self.calls = calls
         self._compiled = [(entry_point(f, args), args) for f, args in calls]
+
+
+class InferenceProgram:
+    """The inference forward (``training=False``) of ``net`` for inputs of one ``shape`` on the CPU,
+    recorded on the first ``run`` (the layers' Python, inside ``capture``) and replayed after: the
+    same kernel calls on the same buffers, so the same bits, without the layers' checks and
+    workspace lookups (tens of microseconds a call: most of a batch-1 prediction). ``run`` copies
+    its input into the program's own buffer and returns the last layer's buffer (overwritten by
+    the next run)."""
+
+    def __init__(self, net: Any, shape: tuple[int, ...]) -> None:
+        self.net = net
+        self.params = net.params
+        self.x = np.empty(shape, np.float32)
+        self.out: np.ndarray | None = None
+        self._compiled: list[Call] = []
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        np.copyto(self.x, x)
+        if self.out is None:
+            with capture() as calls:
+                out = self.net.through(self.x, training=False)
+            self._compiled = [(entry_point(f, args), args) for f, args in calls]
+            self.out = out
+            return out
+        for f, args in self._compiled:
+            f(*args)
+        return self.out

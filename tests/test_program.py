@@ -122,3 +122,35 @@ def test_recording_beside_another_thread_training_records_only_its_own_calls():
                 if other != name:
                     assert not any(np.shares_memory(a, net.params) or np.shares_memory(a, net.grads)
                                    for a in arrays), (name, other)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replayed_inference_is_the_layers_forward_bit_for_bit_as_weights_change(arch, monkeypatch):
+    """``forward(training=False)`` records each input shape once and replays it: the same bits as
+    the layers' own forward, after training steps and a load_state_dict change the weights and
+    statistics, and at batch 1, a full slice and a remainder."""
+    net = nc.build_network(arch, (1, 12, 12), 5, seed=1)
+    rng = np.random.default_rng(2)
+    x = rng.random((300, 1, 12, 12), dtype=np.float32)  # a slice of 256 and one of 44
+
+    def layers_path(xs):
+        return np.concatenate([net.through(xs[lo:lo + 256].copy(), False).copy()
+                               for lo in range(0, len(xs), 256)])
+    for stage in range(3):
+        if stage == 1:
+            tr = nc.Trainer(net, nc.Adam(net, lr=0.01), batch_size=32, progress=False)
+            tr.fit(x[:64], np.arange(64) % 5, 1)
+        if stage == 2:
+            net.load_state_dict({k: v * np.float32(0.5) if v.dtype == np.float32 else v
+                                 for k, v in net.state_dict().items()})
+        for xs in (x[:1], x):
+            np.testing.assert_array_equal(net.forward(xs), layers_path(xs))  # recorded (stage 0)
+            other = np.ascontiguousarray(xs[::-1]) + np.float32(0.25)
+            np.testing.assert_array_equal(net.forward(other), layers_path(other))  # replayed
+    assert set(net._programs) == {(1, 1, 12, 12), (256, 1, 12, 12), (44, 1, 12, 12)}
+    for layer in net.layers:  # replays run no layer Python
+        monkeypatch.setattr(layer, "forward", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    net.forward(x[:1])
+    with net.unfused():  # other kernels: recorded again (and the layers are called)
+        with pytest.raises(AssertionError):
+            net.forward(x[:1])
