@@ -163,6 +163,12 @@ class Layer:
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         raise NotImplementedError
 
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        """The inference forward: ``forward(x, training=False)``, or less where an inference-only
+        fusion applies (``fuse_chain``: a BatchNorm folded into the convolution before it). No
+        backward may follow it."""
+        return self.forward(x, training=False)
+
     def __getstate__(self) -> dict[str, Any]:
         # pickles carry parameters and settings, not scratch buffers, forward caches or gradients
         state = self.__dict__.copy()
@@ -213,6 +219,11 @@ class Conv2D(Layer):
     bias: Any
     dweight: Any
     dbias: Any
+
+    # inference-only fusion (fuse_chain): the BatchNorm2D folded in, and its ReLU / max pool
+    infer_bn: BatchNorm2D | None = None
+    infer_relu = False
+    infer_pool: tuple[int, int] | None = None
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
                  stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, int] = 0) -> None:
@@ -299,6 +310,21 @@ class Conv2D(Layer):
         return self.plan.backward(self._buffers, dy, self.weight, self.dweight, self.dbias, need_dx,
                                   self.fused_relu, self.fused_pool)
 
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        """With a following BatchNorm2D folded in (``infer_bn``): its running statistics and affine
+        map folded into a copy of the weights, recomputed on every call (so always current), and
+        its ReLU and a following max pool applied in this convolution's epilogue."""
+        bn = self.infer_bn
+        if bn is None:
+            return self.forward(x, training=False)
+        self._check_input(x)
+        co = self.out_channels
+        wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
+        self.backend.batchnorm_fold(wf.reshape(co, -1), bf, self.weight.reshape(co, -1), self.bias,
+                                    bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
+        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, self.infer_relu,
+                                 self.infer_pool)
+
     def get_config(self) -> dict[str, Any]:
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
                 "kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
@@ -359,6 +385,7 @@ class MaxPool2D(_Pool2D):
     """
 
     fused = False
+    infer_fused = False  # inference only: pooled in the epilogue of a conv with a folded BatchNorm
 
     @property
     def argmax(self) -> np.ndarray:
@@ -368,6 +395,9 @@ class MaxPool2D(_Pool2D):
         if self.fused or "argmax" not in self._buffers:
             raise RuntimeError(f"{self._label()}: no argmax cache (no unfused forward yet)")
         return np.array(self.backend.to_host(self._buffers["argmax"]), np.int64)
+
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        return x if self.infer_fused else self.forward(x, training=False)  # pooled by the conv
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         if self.fused:
@@ -614,6 +644,8 @@ class BatchNorm2D(Layer):
     dweight: Any
     dbias: Any
 
+    infer_folded = False  # inference only: folded into the convolution before it (fuse_chain)
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
         super().__init__()
         label = type(self).__name__
@@ -646,6 +678,9 @@ class BatchNorm2D(Layer):
             raise ValueError(f"{self._label()}: expected input of shape "
                              f"{want.format(c=self.num_features)}, got (N, {', '.join(map(str, in_shape))})")
         return in_shape
+
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        return x if self.infer_folded else self.forward(x, training=False)  # folded: done by the conv
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
@@ -873,12 +908,18 @@ class Residual(Layer):
         return total
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        return self._run(x, training, False)
+
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        return self._run(x, False, True)
+
+    def _run(self, x: np.ndarray, training: bool, inference: bool) -> np.ndarray:
         out_shape = self._check_input(x)
         h = s = self.backend.asarray(x)
         for layer in self.body:
-            h = layer.forward(h, training)
+            h = layer.infer(h) if inference else layer.forward(h, training)
         for layer in self.shortcut or []:
-            s = layer.forward(s, training)
+            s = layer.infer(s) if inference else layer.forward(s, training)
         y = self._buf("y", out_shape)
         self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1))
         return y
@@ -928,8 +969,13 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
             layer.fused_relu = False
         if isinstance(layer, Conv2D):
             layer.fused_pool = None
+            layer.infer_bn, layer.infer_relu, layer.infer_pool = None, False, None
+        if isinstance(layer, BatchNorm2D):
+            layer.infer_folded = False
         if isinstance(layer, (ReLU, MaxPool2D)):
             layer.fused = False
+        if isinstance(layer, MaxPool2D):
+            layer.infer_fused = False
         layer.fuse(enabled)
     if not enabled:
         return
@@ -945,6 +991,19 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
                 and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
             layer.fused_pool = pool.kernel_size
             pool.fused = True
+    # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
+    for i, layer in enumerate(layers[:-1]):
+        bn = layers[i + 1]
+        if not (isinstance(layer, Conv2D) and type(bn) is BatchNorm2D):
+            continue
+        layer.infer_bn, layer.infer_relu = bn, bn.fused_relu
+        bn.infer_folded = True
+        pool = layers[i + 3] if bn.fused_relu and i + 3 < len(layers) else None
+        if (layer.plan.fuses_pool and isinstance(pool, MaxPool2D) and pool.padding == (0, 0)
+                and pool.stride == pool.kernel_size
+                and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
+            layer.infer_pool = pool.kernel_size
+            pool.infer_fused = True
 
 
 LAYER_TYPES: dict[str, type[Layer]] = {cls.__name__: cls for cls in (

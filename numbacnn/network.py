@@ -179,11 +179,13 @@ class Sequential:
         return prog
 
     def through(self, h: Any, training: bool, upto: int | None = None,
-                visit: Callable[[int, Layer, Any, Any], None] | None = None) -> Any:
+                visit: Callable[[int, Layer, Any, Any], None] | None = None,
+                inference: bool = False) -> Any:
         """The one loop over the layers' forwards, on arrays of the network's device (no checks,
-        no copies: the result is the last layer's buffer). ``forward`` and the training step use it."""
+        no copies: the result is the last layer's buffer). ``forward`` and the training step use it;
+        ``inference``: the layers' ``infer`` (BatchNorm folded into convolutions; no backward)."""
         for i, layer in enumerate(self.layers[:upto]):
-            out = layer.forward(h, training=training)
+            out = layer.infer(h) if inference else layer.forward(h, training=training)
             if visit is not None:
                 visit(i, layer, h, out)
             h = out

@@ -131,9 +131,10 @@ class StepProgram:
 
 class InferenceProgram:
     """The inference forward (``training=False``) of ``net`` for inputs of one ``shape`` on the CPU,
-    recorded on the first ``run`` (the layers' Python, inside ``capture``) and replayed after: the
-    same kernel calls on the same buffers, so the same bits, without the layers' checks and
-    workspace lookups (tens of microseconds a call: most of a batch-1 prediction). ``run`` copies
+    recorded on the first ``run`` (the layers' ``infer``, inside ``capture``: BatchNorm folded into
+    the convolution before it, with its ReLU and pool) and replayed after: the same kernel calls on
+    the same buffers, so the same bits, without the layers' checks and workspace lookups (tens of
+    microseconds a call: most of a batch-1 prediction). ``run`` copies
     its input into the program's own buffer and returns the last layer's buffer (overwritten by
     the next run)."""
 
@@ -148,7 +149,7 @@ class InferenceProgram:
         np.copyto(self.x, x)
         if self.out is None:
             with capture() as calls:
-                out = self.net.through(self.x, training=False)
+                out = self.net.through(self.x, training=False, inference=True)
             self._compiled = [(entry_point(f, args), args) for f, args in calls]
             self.out = out
             return out

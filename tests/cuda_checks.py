@@ -200,3 +200,15 @@ def test_modern_layers_and_recipe_train_the_same_on_both_devices():
     for k in states[0]:
         np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_fold_kernel_matches_the_oracle():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    b, gamma, beta, mean = (rng.standard_normal(4).astype(np.float32) for _ in range(4))
+    var = rng.random(4).astype(np.float32) + np.float32(0.1)
+    wf, bf = cuda.device_array_like(w), cuda.device_array_like(b)
+    KC.batchnorm_fold(wf, bf, *(cuda.to_device(a) for a in (w, b, gamma, beta, mean, var)), 1e-5)
+    ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
+    np.testing.assert_allclose(wf.copy_to_host(), ew, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bf.copy_to_host(), eb, rtol=1e-6, atol=1e-6)

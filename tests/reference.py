@@ -167,6 +167,14 @@ def global_avgpool(x):
     return np.asarray(x, np.float64).mean(axis=(2, 3))
 
 
+def batchnorm_fold(w, b, gamma, beta, mean, var, eps):
+    """A convolution (w (Co, ...), b) followed by an evaluation-mode BatchNorm, as one convolution:
+    (w * a, (b - mean) * a + beta) with a = gamma / sqrt(var + eps), in float64."""
+    a = np.asarray(gamma, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+    w = np.asarray(w, np.float64)
+    return w * a.reshape((-1,) + (1,) * (w.ndim - 1)), (np.asarray(b, np.float64) - mean) * a + beta
+
+
 def normalize(x, mean, std):
     """Per-channel (x - mean[c]) / std[c] of (N, C, H, W), in float64."""
     x = np.asarray(x, np.float64)

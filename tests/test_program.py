@@ -134,7 +134,7 @@ def test_replayed_inference_is_the_layers_forward_bit_for_bit_as_weights_change(
     x = rng.random((300, 1, 12, 12), dtype=np.float32)  # a slice of 256 and one of 44
 
     def layers_path(xs):
-        return np.concatenate([net.through(xs[lo:lo + 256].copy(), False).copy()
+        return np.concatenate([net.through(xs[lo:lo + 256].copy(), False, inference=True).copy()
                                for lo in range(0, len(xs), 256)])
     for stage in range(3):
         if stage == 1:
@@ -154,3 +154,31 @@ def test_replayed_inference_is_the_layers_forward_bit_for_bit_as_weights_change(
     with net.unfused():  # other kernels: recorded again (and the layers are called)
         with pytest.raises(AssertionError):
             net.forward(x[:1])
+
+
+def test_batchnorm_folded_into_convolutions_for_inference_matches_the_unfolded_forward(rng):
+    """Inference folds Conv2D + BatchNorm2D (+ ReLU + max pool) into one convolution: the fold
+    kernel against its float64 oracle, and whole networks against the unfolded evaluation forward
+    (which stays the path of forward(keep=True), backward and the report)."""
+    import reference as ref
+
+    from numbacnn.kernels import cpu as K
+
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    b, gamma, beta, mean = (rng.standard_normal(5).astype(np.float32) for _ in range(4))
+    var = rng.random(5).astype(np.float32) + np.float32(0.1)
+    wf, bf = np.empty_like(w), np.empty_like(b)
+    K.batchnorm_fold(wf.reshape(5, -1), bf, w.reshape(5, -1), b, gamma, beta, mean, var, 1e-5)
+    ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
+    np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
+    for arch in ("modern", ARCHS[4]):
+        net = nc.build_network(arch, (1, 16, 16), 5, seed=1)
+        x = rng.random((40, 1, 16, 16), dtype=np.float32)
+        nc.Trainer(net, nc.Adam(net, lr=0.01), batch_size=20, progress=False).fit(x, np.arange(40) % 5, 1)
+        folded = [ly for ly in net.all_layers() if getattr(ly, "infer_folded", False)]
+        assert folded and all(isinstance(ly, nc.BatchNorm2D) for ly in folded)
+        got = net.forward(x)
+        unfolded = net.through(x.copy(), False).copy()
+        np.testing.assert_allclose(got, unfolded, rtol=1e-5, atol=1e-5 * np.abs(unfolded).max())
+        assert not np.array_equal(got, unfolded) or arch != "modern"  # it did run folded

@@ -167,6 +167,10 @@ class Backend:
         launch(self.kernels.batchnorm_backward, dx if dx is not None else dy, dweight, dbias, dy, x, y,
                mean, invstd, weight, relu, batch_stats, dx is not None)
 
+    def batchnorm_fold(self, wf, bf, w, b, weight, bias, running_mean, running_var, eps: float) -> None:
+        """A convolution (w (Co, K), b) and an evaluation-mode BatchNorm as one convolution (wf, bf)."""
+        launch(self.kernels.batchnorm_fold, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+
     def normalize_forward(self, y, x, mean, std) -> None:
         """y = (x - mean[c]) / std[c] on (N, C, S) arrays."""
         launch(self.kernels.normalize_forward, y, x, mean, std)

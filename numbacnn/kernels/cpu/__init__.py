@@ -10,7 +10,7 @@ from .activations import (
                           tanh_forward,
 )
 from .batch import copy_strided, gather_augment, gather_batch, step_stats
-from .batchnorm import batchnorm_backward, batchnorm_forward_eval, batchnorm_forward_train
+from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
@@ -29,7 +29,8 @@ from .pool import (
 )
 
 __all__ = [
-    "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train", "gather_augment",
+    "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval", "batchnorm_forward_train",
+    "gather_augment",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",

@@ -118,3 +118,20 @@ def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu,
                 if relu and not ys[i] > zero:
                     g = zero
                 ds[i] = a * (g - b1 - (xs[i] - mu) * b2)
+
+
+@kernel()
+def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+    """A convolution followed by BatchNorm in evaluation mode, as one convolution: with
+    a = weight / sqrt(running_var + eps) (as batchnorm_forward_eval computes it),
+    wf[c] = a[c] * w[c] and bf[c] = a[c] * b[c] + (bias[c] - running_mean[c] * a[c]).
+    wf, w: (Co, K) (the weights, flat per output channel); bf, b and the rest: (Co,)."""
+    Co, K = w.shape
+    for c in prange(Co):  # one output channel per iteration
+        inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
+        a = np.float32(weight[c] * inv)
+        shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
+        ws, wfs = w[c], wf[c]
+        for k in range(K):
+            wfs[k] = a * ws[k]
+        bf[c] = a * b[c] + shift

@@ -14,7 +14,7 @@ from .activations import (
                           tanh_backward,
                           tanh_forward,
 )
-from .batchnorm import batchnorm_backward, batchnorm_forward_eval, batchnorm_forward_train
+from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
 from .dense import dense_backward, dense_forward
 from .loss import softmax, softmax_cross_entropy, step_stats
@@ -30,7 +30,7 @@ from .pool import (
 )
 
 __all__ = [
-    "add", "batchnorm_backward", "batchnorm_forward_eval", "batchnorm_forward_train",
+    "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval", "batchnorm_forward_train",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
     "conv2d_forward_gather",

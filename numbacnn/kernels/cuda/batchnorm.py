@@ -2,7 +2,9 @@
 strided slices in float64 and a fixed tree adds them (the same order every run)."""
 import math
 
-from numba import config, cuda, float64
+from numba import config, cuda, float32, float64
+
+from ._launch import grid
 
 # threads per block (a power of two: the tree reduction halves it); the simulator runs each thread
 # as a Python thread, so it gets narrow blocks (the same code and reduction tree, fewer leaves)
@@ -118,3 +120,22 @@ def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight
 def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
     _backward[x.shape[1], _T](dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
                               need_dx)
+
+
+@cuda.jit
+def _fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+    Co, K = w.shape
+    t = cuda.grid(1)
+    if t >= Co * K:
+        return
+    c, k = t // K, t % K
+    inv = 1.0 / math.sqrt(float(running_var[c]) + eps)
+    a = float32(weight[c] * inv)
+    wf[c, k] = a * w[c, k]
+    if k == 0:
+        bf[c] = a * b[c] + float32(bias[c] - running_mean[c] * weight[c] * inv)
+
+
+def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+    """The CPU kernel's fold of a convolution and an evaluation-mode BatchNorm: one thread per weight."""
+    _fold[grid(w.size)](wf, bf, w, b, weight, bias, running_mean, running_var, eps)
