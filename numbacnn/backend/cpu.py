@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cpu as K
-from .base import Backend, ConvGeometry, ConvPlan, Pair, Shape
+from .base import Backend, ConvGeometry, ConvPlan, Shape
 from .calls import launch
 from .cpu_conv import DirectPlan, GemmPlan, PositionsPlan, WidePlan
 
@@ -53,15 +53,6 @@ class CpuBackend(Backend):
         else:
             plan = GemmPlan
         return plan(geometry)
-
-    def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        if padding == (0, 0):
-            launch(K.maxpool2d_forward_nopad, y, argmax, x, *kernel, *stride)
-        else:
-            launch(K.maxpool2d_forward, y, argmax, x, *kernel, *stride, *padding)
-
-    def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        launch(K.maxpool2d_backward, dx, dy, argmax)  # the argmax holds the geometry
 
     def dense_backward(self, dx, dw, db, dy, x, w) -> None:
         launch(K.dense_backward, _NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)

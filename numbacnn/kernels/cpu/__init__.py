@@ -25,7 +25,6 @@ from .pool import (
                           global_avgpool2d_forward,
                           maxpool2d_backward,
                           maxpool2d_forward,
-                          maxpool2d_forward_nopad,
 )
 
 __all__ = [
@@ -36,7 +35,7 @@ __all__ = [
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
-    "maxpool2d_forward", "maxpool2d_forward_nopad", "relu_backward", "relu_forward", "rmsprop_update",
+    "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",
     "sgd_update", "softmax",
     "softmax_cross_entropy", "sum_parts", "tanh_backward", "tanh_forward",
 ]

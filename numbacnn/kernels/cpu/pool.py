@@ -35,13 +35,22 @@ def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
             a[oy, ox] = best_i
 
 
-@kernel(fastmath=False)
+@kernel(parallel=False, fastmath=False)
 def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     """out[n, c, oy, ox] = max of the window; argmax holds its flat index iy*W + ix in the plane.
 
     Ties go to the first maximum in row-major window order; padding never wins; the first NaN wins.
-    out, argmax: (N, C, OH, OW); x: (N, C, H, W).
+    out, argmax: (N, C, OH, OW); x: (N, C, H, W). Without padding the windows need no bounds and,
+    unless a plane holds a NaN, no NaN logic (``_maxpool_nopad``).
     """
+    if PH == 0 and PW == 0:
+        _maxpool_nopad(out, argmax, x, KH, KW, SH, SW)
+    else:
+        _maxpool_padded(out, argmax, x, KH, KW, SH, SW, PH, PW)
+
+
+@kernel(fastmath=False)
+def _maxpool_padded(out, argmax, x, KH, KW, SH, SW, PH, PW):
     N, C = x.shape[0], x.shape[1]
     for p in prange(N * C):  # one plane per iteration
         n = p // C
@@ -119,7 +128,7 @@ def _maxpool_plane_2x2(o, a, xp):
 
 
 @kernel(fastmath=False)
-def maxpool2d_forward_nopad(out, argmax, x, KH, KW, SH, SW):
+def _maxpool_nopad(out, argmax, x, KH, KW, SH, SW):
     """maxpool2d_forward without padding: every window lies inside the plane, so the loops need no
     bounds and, unless the plane holds a NaN, no NaN logic. Same tie and NaN rules."""
     N, C, H, W = x.shape
@@ -145,10 +154,11 @@ def maxpool2d_forward_nopad(out, argmax, x, KH, KW, SH, SW):
 
 
 @kernel(fastmath=False)
-def maxpool2d_backward(dx, dout, argmax):
+def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     """dx[n, c].flat[argmax[n, c, o]] += dout[n, c, o]: each example's gradient to its own maximum.
 
-    dx: (N, C, H, W), overwritten; dout, argmax: (N, C, OH, OW).
+    dx: (N, C, H, W), overwritten; dout, argmax: (N, C, OH, OW). The argmax holds the routing, so
+    the window geometry (the CUDA kernel's: it gathers per input element) is not read here.
     """
     N, C, H, W = dx.shape
     OH, OW = dout.shape[2], dout.shape[3]
