@@ -14,6 +14,7 @@ from .layers import Dropout, Layer, Residual, Shape, fuse_chain
 from .program import InferenceProgram
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
+INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
 
 
 class Sequential:
@@ -171,11 +172,16 @@ class Sequential:
 
     def _inference(self, shape: Shape) -> InferenceProgram:
         """The recorded inference forward for input ``shape`` (recorded on first use; dropped when
-        the fusions, the device or the parameter buffers change)."""
+        the fusions, the device or the parameter buffers change). At most ``INFERENCE_PROGRAMS``
+        are kept, the least recently used dropped first: each holds its activations, so callers
+        with many batch sizes would otherwise keep them all."""
         programs = self.__dict__.setdefault("_programs", {})
-        prog = programs.get(shape)
+        prog = programs.pop(shape, None)  # re-inserted below: the dict's order is the use order
         if prog is None or prog.params is not self.params:
-            prog = programs[shape] = InferenceProgram(self, shape)
+            prog = InferenceProgram(self, shape)
+        programs[shape] = prog
+        while len(programs) > INFERENCE_PROGRAMS:
+            del programs[next(iter(programs))]
         return prog
 
     def through(self, h: Any, training: bool, upto: int | None = None,

@@ -182,3 +182,17 @@ def test_batchnorm_folded_into_convolutions_for_inference_matches_the_unfolded_f
         unfolded = net.through(x.copy(), False).copy()
         np.testing.assert_allclose(got, unfolded, rtol=1e-5, atol=1e-5 * np.abs(unfolded).max())
         assert not np.array_equal(got, unfolded) or arch != "modern"  # it did run folded
+
+
+def test_only_the_most_recently_used_inference_shapes_are_kept(rng):
+    """Each recorded inference shape holds its activations: a caller predicting batches of many
+    sizes keeps at most INFERENCE_PROGRAMS of them, the most recently used."""
+    from numbacnn.network import INFERENCE_PROGRAMS
+
+    net = nc.build_network(ARCHS[0], (1, 12, 12), 5, seed=1)
+    x = rng.random((40, 1, 12, 12), dtype=np.float32)
+    for n in range(1, 10):
+        got = net.forward(x[:n])
+        np.testing.assert_array_equal(got, net.through(x[:n].copy(), False, inference=True))
+    net.forward(x[:6])  # used again: the newest
+    assert list(net._programs) == [(n, 1, 12, 12) for n in (7, 8, 9, 6)][-INFERENCE_PROGRAMS:]
