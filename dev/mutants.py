@@ -172,7 +172,7 @@ MUTANTS = [
     # the command line
     M("CLI ignores --nesterov", "numbacnn/runconfig.py", "nesterov=args.nesterov", "nesterov=False",
       ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
-    M("CLI ignores --weight-decay", "numbacnn/runconfig.py", '"weight_decay": args.weight_decay}',
+    M("CLI ignores --weight-decay", "numbacnn/runconfig.py", '"weight_decay": wd}',
       '"weight_decay": 0.0}', ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
     M("CLI default sgd learning rate changed", "numbacnn/runconfig.py", '"sgd": 0.05', '"sgd": 0.01',
       ["tests/test_cli.py", "-k", "reach_the_optimizer"]),
@@ -208,8 +208,8 @@ MUTANTS = [
     M("pickles carry the gradient buffer", "numbacnn/network.py",
       '        state["grads"] = None', "        pass", ["tests/test_dask.py", "-k", "pickles"]),
     # the report and the export
-    M("routing: the analysis forward keeps the fusion (no argmax of the fused pools)", "numbacnn/network.py",
-      "        if not enabled:\n            return", "        if False:\n            return",
+    M("routing: the analysis forward keeps the fusion (no argmax of the fused pools)", "numbacnn/layers.py",
+      "    if not enabled:\n        return", "    if False:\n        return",
       ["tests/test_report.py", "-k", "oracle"]),
     M("fused pool backward: the window offset split with the window height", K + "_conv_epilogue.py",
       "inv = np.int32(65536 // PKW + 1)", "inv = np.int32(65536 // PKH + 1)",
