@@ -245,7 +245,10 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
             return hit
     _pillow()
     t0 = time.perf_counter()
-    headers = _map(_header, [p for p, _ in files], "reading headers", progress)
+    if image_size is not None and channels is not None:  # nothing to decide: one pass, no headers
+        headers: list = [((0, 0), False)] * len(files)
+    else:
+        headers = _map(_header, [p for p, _ in files], "reading headers", progress)
     skipped = [(p, h) for (p, _), h in zip(files, headers) if isinstance(h, str)]
     good = [h for h in headers if not isinstance(h, str)]
     if not good:
@@ -260,8 +263,8 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
     def decode(path: str) -> np.ndarray | str:
         try:
             return read_picture(path, c, size)
-        except DataError as e:
-            return str(e).removeprefix(f"{path}: ")
+        except DataError as e:  # the reason, without the path (the warning names it once)
+            return str(e).removeprefix(f"{path}: ").replace(f" {path!r}", "").replace(f" {path}", "")
 
     todo = [(p, y) for (p, y), h in zip(files, headers) if not isinstance(h, str)]
     pixels = _map(decode, [p for p, _ in todo], "decoding", progress)
