@@ -86,7 +86,8 @@ class Sequential:
     def _fuse(self, enabled: bool = True) -> None:
         """Set up the layers' fusions (``layers.fuse_chain``: conv/BatchNorm + ReLU (+ max pool))."""
         fuse_chain(self.layers, enabled)
-        self._programs: dict[Shape, InferenceProgram] = {}  # recorded with the old kernels: dropped
+        # recorded with the old kernels: dropped
+        self._programs: dict[tuple[Shape, int | None], InferenceProgram] = {}
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):
@@ -160,26 +161,40 @@ class Sequential:
             return to_host(h).copy()
         self._can_backward = False
         parts = []
-        replay = self.device == "cpu" and upto is None
+        replay = self.device == "cpu" and self._folds_inside(upto)
         for lo in range(0, x.shape[0], EVAL_BATCH):
             xs = x[lo:lo + EVAL_BATCH]
             if replay:
-                h = self._inference(xs.shape).run(xs)
+                h = self._inference(xs.shape, upto).run(xs)
             else:
                 h = self.through(self.backend.asarray(xs), False, upto)
             parts.append(to_host(h).copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _inference(self, shape: Shape) -> InferenceProgram:
-        """The recorded inference forward for input ``shape`` (recorded on first use; dropped when
+    def _folds_inside(self, upto: int | None) -> bool:
+        """Whether ``layers[:upto]`` holds every layer that its inference folds reach (a Conv2D's
+        BatchNorm2D, and the max pool it pools for), so that the folded forward stops where asked."""
+        if upto is None:
+            return True
+        cut = upto if upto >= 0 else len(self.layers) + upto
+        for i, layer in enumerate(self.layers[:cut]):
+            reach = (3 if layer.infer_pool else 1) if getattr(layer, "infer_bn", None) is not None else 0
+            if i + reach >= cut:
+                return False
+        return True
+
+    def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram:
+        """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded
+        on first use; dropped when
         the fusions, the device or the parameter buffers change). At most ``INFERENCE_PROGRAMS``
         are kept, the least recently used dropped first: each holds its activations, so callers
         with many batch sizes would otherwise keep them all."""
         programs = self.__dict__.setdefault("_programs", {})
-        prog = programs.pop(shape, None)  # re-inserted below: the dict's order is the use order
+        key = (shape, upto)
+        prog = programs.pop(key, None)  # re-inserted below: the dict's order is the use order
         if prog is None or prog.params is not self.params:
-            prog = InferenceProgram(self, shape)
-        programs[shape] = prog
+            prog = InferenceProgram(self, shape, upto)
+        programs[key] = prog
         while len(programs) > INFERENCE_PROGRAMS:
             del programs[next(iter(programs))]
         return prog

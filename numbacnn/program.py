@@ -130,7 +130,8 @@ class StepProgram:
 
 
 class InferenceProgram:
-    """The inference forward (``training=False``) of ``net`` for inputs of one ``shape`` on the CPU,
+    """The inference forward (``training=False``) of ``net`` (through ``layers[:upto]``) for inputs
+    of one ``shape`` on the CPU,
     recorded on the first ``run`` (the layers' ``infer``, inside ``capture``: BatchNorm folded into
     the convolution before it, with its ReLU and pool) and replayed after: the same kernel calls on
     the same buffers, so the same bits, without the layers' checks and workspace lookups (tens of
@@ -138,8 +139,9 @@ class InferenceProgram:
     its input into the program's own buffer and returns the last layer's buffer (overwritten by
     the next run)."""
 
-    def __init__(self, net: Any, shape: tuple[int, ...]) -> None:
+    def __init__(self, net: Any, shape: tuple[int, ...], upto: int | None = None) -> None:
         self.net = net
+        self.upto = upto  # through net.layers[:upto] (features: -1)
         self.params = net.params
         self.x = np.empty(shape, np.float32)
         self.out: np.ndarray | None = None
@@ -149,7 +151,7 @@ class InferenceProgram:
         np.copyto(self.x, x)
         if self.out is None:
             with capture() as calls:
-                out = self.net.through(self.x, training=False, inference=True)
+                out = self.net.through(self.x, training=False, upto=self.upto, inference=True)
             self._compiled = [(entry_point(f, args), args) for f, args in calls]
             self.out = out
             return out

@@ -147,7 +147,9 @@ def test_replayed_inference_is_the_layers_forward_bit_for_bit_as_weights_change(
             np.testing.assert_array_equal(net.forward(xs), layers_path(xs))  # recorded (stage 0)
             other = np.ascontiguousarray(xs[::-1]) + np.float32(0.25)
             np.testing.assert_array_equal(net.forward(other), layers_path(other))  # replayed
-    assert set(net._programs) == {(1, 1, 12, 12), (256, 1, 12, 12), (44, 1, 12, 12)}
+    assert set(net._programs) == {((1, 1, 12, 12), None), ((256, 1, 12, 12), None), ((44, 1, 12, 12), None)}
+    features = net.forward(x[:5], upto=-1)  # the estimator's transform: a program of its own
+    np.testing.assert_array_equal(features, net.through(x[:5].copy(), False, upto=-1, inference=True))
     for layer in net.layers:  # replays run no layer Python
         monkeypatch.setattr(layer, "forward", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
     net.forward(x[:1])
@@ -195,4 +197,16 @@ def test_only_the_most_recently_used_inference_shapes_are_kept(rng):
         got = net.forward(x[:n])
         np.testing.assert_array_equal(got, net.through(x[:n].copy(), False, inference=True))
     net.forward(x[:6])  # used again: the newest
-    assert list(net._programs) == [(n, 1, 12, 12) for n in (7, 8, 9, 6)][-INFERENCE_PROGRAMS:]
+    assert list(net._programs) == [((n, 1, 12, 12), None) for n in (7, 8, 9, 6)][-INFERENCE_PROGRAMS:]
+
+
+def test_a_forward_cut_between_a_convolution_and_its_batchnorm_is_not_folded(rng):
+    """forward(x, upto=k) stops at layer k: a Conv2D whose BatchNorm lies beyond the cut gives its
+    own output, not the folded one."""
+    net = nc.build_network("conv(4,3),bn,relu,maxpool(2),dense(6)", (1, 10, 10), 3, seed=0)
+    x = rng.random((5, 1, 10, 10), dtype=np.float32)
+    net.layers[1].running_mean[...] = 3.0  # a BatchNorm far from the identity
+    for upto in (1, 2, 3, -1):
+        want = net.through(x.copy(), False, upto=upto).copy()  # the layers' own forward
+        np.testing.assert_allclose(net.forward(x, upto=upto), want, rtol=1e-5, atol=1e-5)
+    assert [key[1] for key in net._programs] == [-1]  # only the cut that keeps the folds replays
