@@ -10,7 +10,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .kernels import cpu as K
-from .layers import Dropout, Layer, Residual, Shape, fuse_chain
+from .layers import Conv2D, Dropout, Layer, Residual, Shape, fuse_chain
 from .program import InferenceProgram
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
@@ -178,7 +178,9 @@ class Sequential:
             return True
         cut = upto if upto >= 0 else len(self.layers) + upto
         for i, layer in enumerate(self.layers[:cut]):
-            reach = (3 if layer.infer_pool else 1) if getattr(layer, "infer_bn", None) is not None else 0
+            reach = 0
+            if isinstance(layer, Conv2D) and layer.infer_bn is not None:
+                reach = 3 if layer.infer_pool else 1
             if i + reach >= cut:
                 return False
         return True
