@@ -67,13 +67,21 @@ def _number(kind, low: float, low_open: bool, high: float | None = None, high_op
     return parse
 
 
+def _sizes(form: str, counts: tuple[int, ...], example: str) -> Callable[[str], tuple[int, ...]]:
+    """A parser of comma- (or x-) separated positive sizes, ``counts`` of them, named ``form``."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            dims = tuple(int(v) for v in text.replace("x", ",").split(","))
+        except ValueError:
+            dims = ()
+        if len(dims) not in counts or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {form} with positive sizes (e.g. {example})")
+        return dims
+    return parse
+
+
 def _size(text: str) -> tuple[int, int]:
-    try:
-        dims = tuple(int(v) for v in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not H or H,W (e.g. 32 or 32,48)") from None
-    if len(dims) not in (1, 2) or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not H or H,W with positive sizes")
+    dims = _sizes("H or H,W", (1, 2), "32 or 32,48")(text)
     return (dims[0], dims[-1])
 
 
@@ -453,16 +461,6 @@ def run_export(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _shape(text: str) -> tuple[int, int, int]:
-    try:
-        dims = tuple(int(v) for v in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not C,H,W (e.g. 1,28,28)") from None
-    if len(dims) != 3 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not C,H,W with positive sizes (e.g. 3,32,32)")
-    return dims  # type: ignore[return-value]
-
-
 def run_summary(argv: list[str] | None = None) -> int:
     """``python -m numbacnn summary --arch SPEC --input C,H,W``: the layer table of a network."""
     from .summary import summarize
@@ -470,7 +468,7 @@ def run_summary(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m numbacnn summary",
                 description="Print a network's layers, parameters, multiply-adds and step memory.")
     p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
-    p.add_argument("--input", type=_shape, metavar="C,H,W",
+    p.add_argument("--input", type=_sizes("C,H,W", (3,), "1,28,28"), metavar="C,H,W",
                    help="per-example input shape (needed with --arch; default with --checkpoint: its own)")
     p.add_argument("--classes", type=_number(int, 2, False), default=10, help="output classes (default 10)")
     p.add_argument("--batch-size", type=_number(int, 1, False), default=64,

@@ -222,7 +222,6 @@ class Conv2D(Layer):
 
     # inference-only fusion (fuse_chain): the BatchNorm2D folded in, and its ReLU / max pool
     infer_bn: BatchNorm2D | None = None
-    infer_relu = False
     infer_pool: tuple[int, int] | None = None
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
@@ -322,7 +321,7 @@ class Conv2D(Layer):
         wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
         self.backend.batchnorm_fold(wf.reshape(co, -1), bf, self.weight.reshape(co, -1), self.bias,
                                     bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
-        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, self.infer_relu,
+        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fused_relu,
                                  self.infer_pool)
 
     def get_config(self) -> dict[str, Any]:
@@ -969,7 +968,7 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
             layer.fused_relu = False
         if isinstance(layer, Conv2D):
             layer.fused_pool = None
-            layer.infer_bn, layer.infer_relu, layer.infer_pool = None, False, None
+            layer.infer_bn, layer.infer_pool = None, None
         if isinstance(layer, BatchNorm2D):
             layer.infer_folded = False
         if isinstance(layer, (ReLU, MaxPool2D)):
@@ -985,25 +984,31 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
             continue
         layer.fused_relu = True
         relu.fused = True
-        pool = layers[i + 2] if i + 2 < len(layers) else None
-        if (isinstance(layer, Conv2D) and layer.plan.fuses_pool and isinstance(pool, MaxPool2D)
-                and pool.padding == (0, 0) and pool.stride == pool.kernel_size
-                and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
-            layer.fused_pool = pool.kernel_size
+        pool = _poolable(layer, layers[i + 2] if i + 2 < len(layers) else None)
+        if pool is not None:
+            layer.fused_pool = pool.kernel_size  # type: ignore[union-attr]  # a Conv2D (_poolable)
             pool.fused = True
     # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
     for i, layer in enumerate(layers[:-1]):
         bn = layers[i + 1]
         if not (isinstance(layer, Conv2D) and type(bn) is BatchNorm2D):
             continue
-        layer.infer_bn, layer.infer_relu = bn, bn.fused_relu
+        layer.infer_bn = bn
         bn.infer_folded = True
-        pool = layers[i + 3] if bn.fused_relu and i + 3 < len(layers) else None
-        if (layer.plan.fuses_pool and isinstance(pool, MaxPool2D) and pool.padding == (0, 0)
-                and pool.stride == pool.kernel_size
-                and pool.kernel_size[0] * pool.kernel_size[1] <= layer.plan.max_fused_window):
+        pool = _poolable(layer, layers[i + 3] if bn.fused_relu and i + 3 < len(layers) else None)
+        if pool is not None:
             layer.infer_pool = pool.kernel_size
             pool.infer_fused = True
+
+
+def _poolable(conv: Layer, pool: Layer | None) -> MaxPool2D | None:
+    """``pool`` when ``conv`` is a Conv2D whose plan can apply it in its epilogue (a
+    non-overlapping, unpadded MaxPool2D whose window fits the plan's argmax offsets), else None."""
+    if (isinstance(conv, Conv2D) and conv.plan.fuses_pool and isinstance(pool, MaxPool2D)
+            and pool.padding == (0, 0) and pool.stride == pool.kernel_size
+            and pool.kernel_size[0] * pool.kernel_size[1] <= conv.plan.max_fused_window):
+        return pool
+    return None
 
 
 LAYER_TYPES: dict[str, type[Layer]] = {cls.__name__: cls for cls in (

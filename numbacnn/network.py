@@ -186,11 +186,10 @@ class Sequential:
         return True
 
     def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram:
-        """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded
-        on first use; dropped when
-        the fusions, the device or the parameter buffers change). At most ``INFERENCE_PROGRAMS``
-        are kept, the least recently used dropped first: each holds its activations, so callers
-        with many batch sizes would otherwise keep them all."""
+        """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded on
+        first use; dropped when the fusions, the device or the parameter buffers change). At most
+        ``INFERENCE_PROGRAMS`` are kept, the least recently used dropped first: each holds its
+        activations, so callers with many batch sizes would otherwise keep them all."""
         programs = self.__dict__.setdefault("_programs", {})
         key = (shape, upto)
         prog = programs.pop(key, None)  # re-inserted below: the dict's order is the use order

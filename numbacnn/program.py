@@ -21,6 +21,11 @@ import numpy as np
 from .backend.calls import Call, capture
 
 
+def compiled(calls: list[Call]) -> list[Call]:
+    """The captured calls with their compiled entry points (``entry_point``), for replaying."""
+    return [(entry_point(f, args), args) for f, args in calls]
+
+
 def entry_point(fn: Any, args: tuple) -> Any:
     """The compiled function that ``fn(*args)`` runs when ``fn`` is a numba dispatcher, found once:
     calling it skips numba's per-call type dispatch (typing every argument, looking the signature
@@ -29,8 +34,8 @@ def entry_point(fn: Any, args: tuple) -> Any:
     overloads = getattr(fn, "overloads", None)
     if overloads is None:
         return fn
-    compiled = overloads.get(tuple(fn.typeof_pyval(a) for a in args))
-    return fn if compiled is None else compiled.entry_point
+    overload = overloads.get(tuple(fn.typeof_pyval(a) for a in args))
+    return fn if overload is None else overload.entry_point
 
 
 class StepProgram:
@@ -126,18 +131,17 @@ class StepProgram:
         if not (isinstance(logits, np.ndarray) and logits.flags.c_contiguous):  # pragma: no cover
             raise RuntimeError("this step cannot be replayed: the logits are no bound contiguous buffer")
         self.calls = calls
-        self._compiled = [(entry_point(f, args), args) for f, args in calls]
+        self._compiled = compiled(calls)
 
 
 class InferenceProgram:
-    """The inference forward (``training=False``) of ``net`` (through ``layers[:upto]``) for inputs
-    of one ``shape`` on the CPU,
-    recorded on the first ``run`` (the layers' ``infer``, inside ``capture``: BatchNorm folded into
-    the convolution before it, with its ReLU and pool) and replayed after: the same kernel calls on
-    the same buffers, so the same bits, without the layers' checks and workspace lookups (tens of
-    microseconds a call: most of a batch-1 prediction). ``run`` copies
-    its input into the program's own buffer and returns the last layer's buffer (overwritten by
-    the next run)."""
+    """The inference forward (``training=False``) of ``net`` through ``layers[:upto]`` for inputs of
+    one ``shape`` on the CPU, recorded on the first ``run`` (the layers' ``infer``, inside
+    ``capture``: BatchNorm folded into the convolution before it, with its ReLU and pool) and
+    replayed after: the same kernel calls on the same buffers, so the same bits, without the layers'
+    checks and workspace lookups (tens of microseconds a call: most of a batch-1 prediction).
+    ``run`` copies its input into the program's own buffer and returns the last layer's buffer
+    (overwritten by the next run)."""
 
     def __init__(self, net: Any, shape: tuple[int, ...], upto: int | None = None) -> None:
         self.net = net
@@ -152,7 +156,7 @@ class InferenceProgram:
         if self.out is None:
             with capture() as calls:
                 out = self.net.through(self.x, training=False, upto=self.upto, inference=True)
-            self._compiled = [(entry_point(f, args), args) for f, args in calls]
+            self._compiled = compiled(calls)
             self.out = out
             return out
         for f, args in self._compiled:

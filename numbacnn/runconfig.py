@@ -4,7 +4,6 @@ settings win; a conflicting flag or other training data is refused)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,8 +14,7 @@ import numpy as np
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
-from .data import Dataset, _is_image_folder, load_dataset, stratified_split
-from .data.cifar import is_cifar
+from .data import Dataset, is_image_folder, load_dataset, stratified_split
 from .layers import Normalize
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
@@ -43,8 +41,7 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
     """The data of ``--data``; an image folder is read at ``--image-size`` and ``--channels``, or
     at a checkpoint's input ``shape`` (C, H, W) when those are not given."""
     size, channels = getattr(args, "image_size", None), getattr(args, "channels", None)
-    folder = bool(args.data) and os.path.isdir(args.data) and _is_image_folder(args.data) and \
-        not is_cifar(args.data)
+    folder = bool(args.data) and is_image_folder(args.data)
     if (size is not None or channels is not None) and not folder:
         raise UsageError("--image-size and --channels apply to image folders (a --data directory of "
                          "class folders)")

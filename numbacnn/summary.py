@@ -108,11 +108,8 @@ def _step_memory(net: Sequential, shape: Shape, batch_size: int, optimizer: str)
     logits = twin.forward(x, training=True)
     _, d = softmax_cross_entropy(logits, np.zeros(batch_size, np.int64))
     twin.backward(d, need_input_grad=False)
-    work = 0
-    for layer in twin.all_layers():
-        work += sum(int(b.nbytes) for b in layer._buffers.values())
-    return {"parameters": int(twin.params.nbytes), "gradients": int(twin.grads.nbytes),
-            "optimizer state": sum(int(v.nbytes) for v in opt.state.values()),
-            "activations and workspaces": work,
-            "total": int(twin.params.nbytes + twin.grads.nbytes + work
-                         + sum(int(v.nbytes) for v in opt.state.values()))}
+    parts = {"parameters": int(twin.params.nbytes), "gradients": int(twin.grads.nbytes),
+             "optimizer state": sum(int(v.nbytes) for v in opt.state.values()),
+             "activations and workspaces": sum(int(b.nbytes) for layer in twin.all_layers()
+                                               for b in layer._buffers.values())}
+    return {**parts, "total": sum(parts.values())}

@@ -183,7 +183,8 @@ def test_batchnorm_folded_into_convolutions_for_inference_matches_the_unfolded_f
         got = net.forward(x)
         unfolded = net.through(x.copy(), False).copy()
         np.testing.assert_allclose(got, unfolded, rtol=1e-5, atol=1e-5 * np.abs(unfolded).max())
-        assert not np.array_equal(got, unfolded) or arch != "modern"  # it did run folded
+        if arch == "modern":  # the folded path ran: its rounding differs somewhere
+            assert not np.array_equal(got, unfolded)
 
 
 def test_only_the_most_recently_used_inference_shapes_are_kept(rng):

@@ -371,8 +371,7 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
     x_te = y_te = None
     classes: list[str] | None = None
     skipped: list[tuple[str, str]] = []
-    if (image_size is not None or channels is not None) and not (path and os.path.isdir(path) and
-                                                                 _is_image_folder(path)):
+    if (image_size is not None or channels is not None) and not (path and is_image_folder(path)):
         raise DataError("image size and channels apply to image folders only (the data "
                         f"{path or 'digits'} has a fixed shape)")
     if path is None or path == "digits":
@@ -380,35 +379,29 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
         x, y = load_digits_dataset()
     elif not os.path.exists(path):
         raise DataError(f"{path}: no such file or directory")
-    elif os.path.isdir(path):
+    elif (pairs := _idx_pairs(path)) is not None:
         name = os.path.basename(os.path.normpath(path))
-        train = _idx_pair_in_dir(path, "train")
-        test = _idx_pair_in_dir(path, "t10k")
-        if train is not None or test is not None:
-            if train is not None and test is not None:
-                x, y = load_idx(*train)
-                x_te, y_te = load_idx(*test)
-            else:
-                x, y = load_idx(*(train or test))  # type: ignore[misc]
-            classes = read_classes_txt(path)
-        elif cifar.is_cifar(path):
+        train, test = pairs
+        if train is not None and test is not None:
+            x, y = load_idx(*train)
+            x_te, y_te = load_idx(*test)
+        else:
+            x, y = load_idx(*(train or test))  # type: ignore[misc]  # one of them is there
+        classes = read_classes_txt(path)
+    elif cifar.is_cifar(path) or is_image_folder(path):
+        name = "cifar-10" if os.path.isfile(path) else os.path.basename(os.path.normpath(path))
+        if cifar.is_cifar(path):  # uint8 arrays from both loaders
             x, y, x_te, y_te, classes = cifar.load_cifar10(path)
-            x = as_images(x, path)
-            x_te = None if x_te is None else as_images(x_te, path)
-        elif _is_image_folder(path):
+        else:
             size = (image_size, image_size) if isinstance(image_size, int) else image_size
             got = folders.load_image_folder(path, size, channels, cache_dir, progress=progress)
-            x, y, classes, skipped = as_images(got.x_train, path), got.y_train, got.classes, got.skipped
-            x_te = None if got.x_test is None else as_images(got.x_test, path)
-            y_te = got.y_test
-        else:
-            raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], ...), no CIFAR-10 "
-                            f"batches and no class folders of pictures in this directory")
-    elif os.path.basename(path) == cifar.ARCHIVE:
-        name = "cifar-10"
-        x, y, x_te, y_te, classes = cifar.load_cifar10(path)
+            x, y, x_te, y_te, classes, skipped = (got.x_train, got.y_train, got.x_test, got.y_test,
+                                                  got.classes, got.skipped)
         x = as_images(x, path)
         x_te = None if x_te is None else as_images(x_te, path)
+    elif os.path.isdir(path):
+        raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], ...), no CIFAR-10 "
+                        f"batches and no class folders of pictures in this directory")
     else:
         name = os.path.basename(path)
         low = path.lower()
@@ -431,9 +424,22 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
     return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te, classes, skipped)
 
 
-def _is_image_folder(path: str) -> bool:
-    """A directory with at least one sub-folder (of class folders, or of pictures)."""
-    return any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
+def _idx_pairs(path: str) -> tuple[tuple[str, str] | None, tuple[str, str] | None] | None:
+    """A directory's (train, t10k) IDX file pairs, None where one is missing; None when it holds
+    neither (or is not a directory)."""
+    if not os.path.isdir(path):
+        return None
+    pairs = _idx_pair_in_dir(path, "train"), _idx_pair_in_dir(path, "t10k")
+    return None if pairs == (None, None) else pairs
+
+
+def is_image_folder(path: str) -> bool:
+    """Whether ``load_dataset`` reads ``path`` as an image folder: a directory with a sub-folder
+    (of class folders, or of pictures) that holds no IDX files and no CIFAR-10 batches."""
+    from .cifar import is_cifar
+
+    return (os.path.isdir(path) and _idx_pairs(path) is None and not is_cifar(path)
+            and any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(path)))
 
 
 def write_idx(path: str, array: np.ndarray) -> None:
