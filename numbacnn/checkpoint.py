@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .layers import layer_from_config
+from .layers import Dropout, layer_from_config
 from .network import Sequential
 
 FORMAT = "numbacnn-checkpoint"
@@ -89,7 +89,8 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
         "architecture": net.architecture,
         "input_shape": list(net.input_shape) if net.input_shape else None,
         "classes": list(net.classes) if net.classes else None,
-        "dropout_rng": [layer.rng.bit_generator.state for layer in net.all_layers() if hasattr(layer, "rng")],
+        "dropout_rng": [list(layer.generator_state()) for layer in net.all_layers()
+                        if isinstance(layer, Dropout)],
     }
     if optimizer is not None:
         info["optimizer"] = {"name": optimizer.name, "hyperparameters": optimizer.hyperparameters(),
@@ -145,11 +146,28 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
         net.load_state_dict(params)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    dropouts = [layer for layer in net.all_layers() if hasattr(layer, "rng")]
+    dropouts = [layer for layer in net.all_layers() if isinstance(layer, Dropout)]
     for layer, state in zip(dropouts, meta.get("dropout_rng", [])):
-        layer.rng.bit_generator.state = state
+        layer.set_generator_state(*_dropout_state(state, path))
     opt_state = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
     return Checkpoint(net, meta, opt_state)
+
+
+def _dropout_state(state: Any, path: str) -> tuple[int, int]:
+    """A saved dropout generator state as (seed, draws). Checkpoints written before the masks
+    were drawn by the kernels hold a numpy bit generator's state: the seed is then drawn from it
+    (the masks after resuming such a checkpoint differ from the older version's)."""
+    if isinstance(state, dict):
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = state
+        except (TypeError, ValueError, KeyError) as e:
+            raise CheckpointError(f"{path}: unreadable dropout generator state ({e})") from None
+        return int(rng.integers(2**63)), 0
+    if (isinstance(state, list) and len(state) == 2
+            and all(isinstance(v, int) and 0 <= v < 2**64 for v in state)):
+        return state[0], state[1]
+    raise CheckpointError(f"{path}: a dropout generator state must be [seed, draws], got {state!r}")
 
 
 def load(path: str) -> Sequential:

@@ -528,8 +528,12 @@ def run_find_lr(argv: list[str] | None = None) -> int:
     for lr, loss in list(zip(found.lrs, found.losses))[::max(1, len(found.lrs) // 12)]:
         print(f"lr {lr:9.2e}  loss {loss:.4f}")
     end = "diverged" if found.stopped_early else "reached --end-lr"
-    print(f"{len(found.lrs)} steps ({end}); suggested lr: {found.suggestion:.2g} (steepest fall of "
-          f"the loss; a common choice for one-cycle's peak is up to 10x that)")
+    if math.isfinite(found.suggestion):
+        print(f"{len(found.lrs)} steps ({end}); suggested lr: {found.suggestion:.2g} (steepest fall "
+              f"of the loss; a common choice for one-cycle's peak is up to 10x that)")
+    else:
+        print(f"{len(found.lrs)} steps ({end}); no suggestion: the loss did not fall over the ramp "
+              f"(try more --steps or a lower --start-lr)", file=sys.stderr)
     if args.plot:
         found.plot(args.plot)
         print(f"plot: {args.plot}")

@@ -10,7 +10,6 @@ example counts and the stop flags (Ctrl-C / SIGTERM), so that every rank stops a
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -149,13 +148,12 @@ def compile_step(net: Any, x: np.ndarray) -> None:
     from .layers import Dropout
     from .network import softmax_cross_entropy
 
-    rngs = [(layer, pickle.dumps(layer.rng.bit_generator.state)) for layer in net.all_layers()
-            if isinstance(layer, Dropout)]
+    rngs = [(layer, layer.generator_state()) for layer in net.all_layers() if isinstance(layer, Dropout)]
     buffers = {k: np.array(v) for k, v in net._buffer_views().items()}
     logits = net.forward(x[:2], training=True)
     _, d = softmax_cross_entropy(logits, np.zeros(len(logits), np.int64))
     net.backward(d, need_input_grad=False)
     for layer, state in rngs:
-        layer.rng.bit_generator.state = pickle.loads(state)
+        layer.set_generator_state(*state)
     for k, v in net._buffer_views().items():
         v[...] = buffers[k]

@@ -14,7 +14,6 @@ import numpy as np
 
 from .backend import Backend, ConvGeometry, ConvPlan, Workspace, get_backend
 from .backend.base import conv_out
-from .backend.calls import launch
 
 Shape = tuple[int, ...]
 
@@ -175,7 +174,6 @@ class Layer:
         state["_buffers"] = self.backend.workspace()
         state.pop("_x", None)
         state.pop("_plan", None)
-        state.pop("_host_mask", None)
         for k in self.param_names:
             if state.get("_net_views"):  # views of the network's buffers: it rebinds them
                 state.pop(k, None)
@@ -555,10 +553,16 @@ class Tanh(_Elementwise):
 class Dropout(_Elementwise):
     """Inverted dropout: zeroes each input with probability p and scales the rest by 1/(1-p).
 
-    Identity when ``training=False``. The mask comes from ``rng`` (set by ``Sequential``'s seed).
-    With ``batch_slice = (lo, hi, total)`` (data parallelism: this process holds examples lo:hi of
-    a batch of ``total``), the mask is drawn for the whole batch and rows lo:hi are used, so that the
-    ranks together apply the masks one process would.
+    Identity when ``training=False``. The masks are drawn by the kernel from a counter-based
+    generator (Philox4x32-10, kernels/cpu/dropout.py): whether value j of a batch is kept in the
+    layer's d-th training forward depends on (seed, d, j) only, so the CPU and the GPU draw the
+    same masks at any thread count, and the state is two integers, ``generator_state()`` =
+    (seed, draws made), saved by checkpoints. ``Sequential``'s seed sets the seed.
+
+    Data parallelism: ``set_offset(k)`` says that this process holds the batch's values from
+    index k on (examples lo:hi of the batch: k = lo times the values per example), so that the
+    ranks together apply the masks one process would; ``skip_draw()`` advances the generator of a
+    rank that holds no example of a batch.
     """
 
     def __init__(self, p: float = 0.5) -> None:
@@ -566,38 +570,64 @@ class Dropout(_Elementwise):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be a probability in [0, 1), got {p!r}")
         self.p = float(p)
-        self.rng = np.random.default_rng()
-        self.batch_slice: tuple[int, int, int] | None = None
+        self._init_state(int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1))
+
+    @property
+    def threshold(self) -> int:
+        """A value is dropped when the top 24 bits of its random word are below this."""
+        return math.ceil(self.p * 2**24)
+
+    def _init_state(self, seed: int) -> None:
+        # (seed, draws made, offset, unused), uint64, on the layer's device
+        self._offset = 0
+        self._state = self.backend.empty((4,), np.uint64)
+        self.backend.write(self._state, np.array([seed, 0, 0, 0], np.uint64))
 
     def reset_parameters(self, rng: np.random.Generator) -> None:
-        self.rng = np.random.default_rng(rng.integers(2**63))
+        self.set_generator_state(int(rng.integers(2**63)), 0)
 
-    def draw(self, n: int) -> np.ndarray | None:
-        """The uniform draws behind the masks of n values (None when no mask is drawn)."""
-        return self.rng.random(n, dtype=np.float32) if self.p > 0.0 else None
+    def generator_state(self) -> tuple[int, int]:
+        """(seed, number of masks drawn so far)."""
+        state = self.backend.to_host(self._state)
+        return int(state[0]), int(state[1])
+
+    def set_generator_state(self, seed: int, draws: int) -> None:
+        if not (0 <= int(seed) < 2**64 and 0 <= int(draws) < 2**64):
+            raise ValueError(f"Dropout: a generator state is two integers in [0, 2**64), got "
+                             f"({seed!r}, {draws!r})")
+        self.backend.write(self._state, np.array([seed, draws, self._offset, 0], np.uint64))
+
+    def set_offset(self, offset: int) -> None:
+        """This process's first value is value ``offset`` of the whole batch (data parallelism)."""
+        if offset != self._offset:
+            self._offset = int(offset)
+            self.backend.write(self._state[2:3], np.array([offset], np.uint64))
+
+    def skip_draw(self) -> None:
+        """Advance the generator by one draw without drawing (a rank with no examples in a batch)."""
+        seed, draws = self.generator_state()
+        self.set_generator_state(seed, draws + 1)
+
+    @Layer.device.setter  # type: ignore[attr-defined,misc]
+    def device(self, device: str) -> None:
+        state = np.array(self.backend.to_host(self._state))
+        Layer.device.fset(self, device)  # type: ignore[attr-defined]
+        self._state = self.backend.empty((4,), np.uint64)
+        self.backend.write(self._state, state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        rng = state.pop("rng", None)  # pickled before the counter-based generator
+        state.pop("batch_slice", None)
+        super().__setstate__(state)
+        if "_state" not in state:
+            self._init_state(int(rng.integers(2**63)) if rng is not None else 0)
 
     def _apply(self, y, x, training):
-        host = self.__dict__.get("_host_mask")  # drawn on the host in both devices: same masks
-        if host is None or host.shape != x.shape:
-            host = self._host_mask = np.empty(x.shape, np.float32)
-        launch(self._fill_mask, host, training)
-        mask = self.backend.asarray(host)
-        self._buffers["mask"] = mask
-        self.backend.dropout_forward(y, x, mask)
-
-    def _fill_mask(self, mask: np.ndarray, training: bool) -> None:
-        if training and self.p > 0.0:
-            if self.batch_slice is None:
-                u = self.draw(mask.shape[0])
-            else:
-                lo, hi, total = self.batch_slice
-                per = mask.shape[0] // (hi - lo)
-                u = self.draw(total * per)[lo * per:hi * per]  # type: ignore[index]
-            assert u is not None  # p > 0
-            keep = u >= self.p
-            np.multiply(keep, np.float32(1.0 / (1.0 - self.p)), out=mask)
+        mask = self._buf("mask", x.shape)
+        if training:
+            self.backend.dropout_forward(y, mask, x, self._state, self.threshold, 1.0 / (1.0 - self.p))
         else:
-            mask[:] = 1.0
+            self.backend.dropout_forward(y, mask, x, self._state, 0, 1.0)
 
     def _apply_backward(self, dx, dy):
         self.backend.dropout_backward(dx, dy, self._buffers["mask"])

@@ -245,9 +245,9 @@ class Sequential:
 
     def set_batch_slice(self, lo: int, hi: int, total: int, in_shape: Shape) -> None:
         """Data parallelism: the next training forward holds examples lo:hi of a batch of ``total``
-        with per-example shape ``in_shape`` (dropout then draws the whole batch's masks and uses
-        its rows; see Dropout). With no examples here (lo == hi) the draws are made at once, so
-        that every rank's dropout generators stay in step."""
+        with per-example shape ``in_shape`` (dropout then draws the values of those rows of the
+        whole batch's masks; see Dropout). With no examples here (lo == hi) the generators skip
+        the draw, so that every rank's dropout generators stay in step."""
         _slice_dropouts(self.layers, tuple(in_shape), lo, hi, total)
 
     def all_layers(self) -> list[Layer]:
@@ -330,9 +330,10 @@ def _slice_dropouts(layers: list[Layer], shape: Shape, lo: int, hi: int, total: 
     chain's per-example output shape."""
     for layer in layers:
         if isinstance(layer, Dropout):
-            layer.batch_slice = (lo, hi, total) if hi > lo else None
-            if hi == lo:
-                layer.draw(total * math.prod(shape))
+            if hi > lo:
+                layer.set_offset(lo * math.prod(shape))
+            else:
+                layer.skip_draw()
         if isinstance(layer, Residual):
             for path in (layer.body, layer.shortcut or []):
                 _slice_dropouts(path, shape, lo, hi, total)

@@ -4,7 +4,7 @@ with its buffers bound, on the network's device; and the inference forward of on
 
 On the CPU the first call runs the layers' own Python (shape checks, workspace lookups, plan
 choices) once inside ``backend.calls.capture``, which collects every kernel call the layers, plans
-and backend make (and the host functions a step needs besides: weight transposes, dropout masks);
+and backend make (dropout's masks included: the kernel draws them from a counter in its state);
 later calls gather the batch into the step's input buffers and replay those calls in order,
 through the kernels' compiled entry points (numba's type dispatch resolved once). The calls read
 and write the same buffers and parameter views as the layers' own, so a replayed step computes bit

@@ -101,11 +101,36 @@ def test_softmax_cross_entropy_and_dropout_kernels():
     KC.softmax_cross_entropy(dd, ll, cuda.to_device(logits), cuda.to_device(y), 0.0)
     assert ll.copy_to_host().mean() == pytest.approx(loss, rel=1e-6)
     np.testing.assert_allclose(dd.copy_to_host(), d, rtol=1e-5, atol=1e-7)
-    mask = (rng.random(20) > 0.5).astype(np.float32) * 2
-    x = rng.standard_normal(20).astype(np.float32)
-    out = cuda.device_array(20, np.float32)
-    KC.dropout_forward(out, cuda.to_device(x), cuda.to_device(mask))
-    np.testing.assert_array_equal(out.copy_to_host(), x * mask)
+    from numbacnn.kernels import cpu as K
+
+    x = rng.standard_normal(23).astype(np.float32)
+    for offset, threshold in ((0, 2**23), (6, 5033165), (2**33 + 1, 0)):  # p = 0.5, 0.3, inference
+        state = np.array([0x0123456789ABCDEF, 2**32 + 5, offset, 0], np.uint64)
+        y, mask = np.empty_like(x), np.empty_like(x)
+        K.dropout_forward(y, mask, x, state.copy(), threshold, np.float32(1.7))
+        dy, dmask, dstate = (cuda.device_array(23, np.float32), cuda.device_array(23, np.float32),
+                             cuda.to_device(state))
+        KC.dropout_forward(dy, dmask, cuda.to_device(x), dstate, threshold, 1.7)
+        np.testing.assert_array_equal(dmask.copy_to_host(), mask)  # the same masks as the CPU
+        np.testing.assert_array_equal(dy.copy_to_host(), y)
+        KC.dropout_advance(dstate)
+        assert int(dstate.copy_to_host()[1]) == 2**32 + 6
+        dx = cuda.device_array(23, np.float32)
+        KC.dropout_backward(dx, cuda.to_device(x), dmask)
+        np.testing.assert_array_equal(dx.copy_to_host(), x * mask)
+
+
+def test_dropout_state_stays_on_the_device_and_moves_with_the_network():
+    net = nc.build_network("dense(6),dropout(0.5),dense(3)", (5,), 3, seed=4).to("cuda")
+    drop = net.layers[1]
+    assert net.backend.is_array(drop._state)  # drawn on the device: no mask crosses per step
+    x = np.ones((4, 5), np.float32)
+    for _ in range(2):
+        net.forward(x, training=True)
+    seed, draws = drop.generator_state()
+    assert draws == 2
+    net.to("cpu")
+    assert drop.generator_state() == (seed, 2) and isinstance(drop._state, np.ndarray)
 
 
 @pytest.mark.parametrize("opt", ["sgd", "rmsprop", "adam", "adamw"])

@@ -183,6 +183,30 @@ def normalize(x, mean, std):
     return (x - mean) / std
 
 
+def philox4x32_10(counter, key):
+    """Philox4x32-10 (Salmon et al., SC 2011) in Python integers: four 32-bit words."""
+    c, k = list(counter), list(key)
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xFFFFFFFF]
+        k = [(k[0] + 0x9E3779B9) & 0xFFFFFFFF, (k[1] + 0xBB67AE85) & 0xFFFFFFFF]
+    return c
+
+
+def dropout_mask(seed, draw, offset, n, p):
+    """The keep mask (bool) of values offset .. offset+n-1 in draw ``draw``: word j % 4 of Philox
+    on counter (j // 4 low, high, draw low, high) under the seed's two halves, kept when its top 24
+    bits are >= ceil(p * 2**24)."""
+    threshold = math.ceil(p * 2**24)
+    key = (seed & 0xFFFFFFFF, seed >> 32)
+    out = []
+    for j in range(offset, offset + n):
+        g = j // 4
+        word = philox4x32_10((g & 0xFFFFFFFF, g >> 32, draw & 0xFFFFFFFF, draw >> 32), key)[j % 4]
+        out.append((word >> 8) >= threshold)
+    return np.array(out, bool)
+
+
 def augment(x, idx, shifts, flips):
     """The batch x[idx] with example i translated by shifts[i] = (dy, dx), zero fill, then
     mirrored left-right where flips[i]."""

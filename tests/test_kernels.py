@@ -1,4 +1,6 @@
 """Every CPU kernel (through its layer) against the float64 oracle in reference.py."""
+import math
+
 import numpy as np
 import pytest
 import reference as ref
@@ -224,6 +226,73 @@ def test_relu_tanh_dropout(rng):
     dy = drop.backward(big)
     np.testing.assert_array_equal(dy != 0, kept)  # gradient flows only where the input was kept
     np.testing.assert_array_equal(drop.forward(x, training=False), x)
+
+
+def test_philox_matches_the_random123_known_answers_and_the_python_oracle():
+    # Random123's kat_vectors for philox4x32_10: zeros, all ones, and the digits of pi
+    cases = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+             ((2**32 - 1,) * 4, (2**32 - 1,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+             ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+              (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    from numbacnn.kernels.cpu.dropout import philox4x32
+
+    for counter, key, want in cases:
+        assert tuple(ref.philox4x32_10(counter, key)) == want
+        got = philox4x32(*(np.uint64(v) for v in (*counter, *key)))
+        assert tuple(int(v) for v in got) == want
+
+
+@pytest.mark.parametrize("n, offset, draw, p", [(1, 0, 0, 0.5), (37, 0, 3, 0.25), (37, 5, 2**33 + 1, 0.9),
+                                                (9000, 4099, 7, 0.1), (6, 2**40 + 3, 1, 0.5)])
+def test_dropout_kernel_draws_the_oracle_masks(n, offset, draw, p):
+    """Every value's mask against the oracle, at offsets that split a group of four, draw numbers
+    and seeds above 2**32; the state's draw number is advanced by dropout_advance only."""
+    seed = 0xDEADBEEF12345678
+    state = np.array([seed, draw, offset, 0], np.uint64)
+    x = f32(np.random.default_rng(n).standard_normal(n))
+    y, mask = np.empty_like(x), np.empty_like(x)
+    scale = np.float32(1.0 / (1.0 - p))
+    K.dropout_forward(y, mask, x, state, math.ceil(p * 2**24), scale)
+    keep = ref.dropout_mask(seed, draw, offset, n, p)
+    np.testing.assert_array_equal(mask, np.where(keep, scale, np.float32(0.0)))
+    np.testing.assert_array_equal(y, x * mask)
+    assert int(state[1]) == draw
+    K.dropout_advance(state)
+    assert int(state[1]) == draw + 1
+
+
+def test_dropout_masks_are_uniform_and_independent(rng):
+    """Kept fractions, successive draws and neighbouring values: a statistical check that the
+    masks behave as independent Bernoulli(1 - p) draws (tolerances are 6 standard deviations)."""
+    drop = nc.Dropout(0.3)
+    drop.reset_parameters(np.random.default_rng(1))
+    x = np.ones((50, 4000), np.float32)
+    first = drop.forward(x, training=True) != 0
+    second = drop.forward(x, training=True) != 0
+    n, q = first.size, 0.7
+    sd = math.sqrt(q * (1 - q) / n)
+    assert abs(first.mean() - q) < 6 * sd and abs(second.mean() - q) < 6 * sd
+    # independence: P(both kept) = q**2, across draws, across neighbours (in and across groups of 4)
+    flat = first.reshape(-1)
+    for a, b in ((first, second), (flat[:-1], flat[1:]), (flat[:-4], flat[4:]), (flat[:-3], flat[3:])):
+        both = (a & b).mean()
+        assert abs(both - q * q) < 6 * math.sqrt(q * q * (1 - q * q) / a.size)
+    assert drop.generator_state()[1] == 2
+    drop.forward(x, training=False)
+    assert drop.generator_state()[1] == 2  # inference draws nothing
+
+
+def test_dropout_masks_do_not_depend_on_the_thread_count():
+    masks, before = [], nc.get_num_threads()
+    try:
+        for threads in (1, 2):
+            nc.set_num_threads(threads)
+            drop = nc.Dropout(0.5)
+            drop.reset_parameters(np.random.default_rng(3))
+            masks.append(drop.forward(np.ones((9, 1001), np.float32), training=True).copy())
+    finally:
+        nc.set_num_threads(before)
+    np.testing.assert_array_equal(masks[0], masks[1])
 
 
 def test_tanh_kernel_is_within_6_ulp_and_keeps_special_values():

@@ -265,8 +265,13 @@ def test_lr_finder_suggests_the_steepest_fall_and_leaves_the_network_alone(tmp_p
     for k, v in before.items():
         np.testing.assert_array_equal(net.state_dict()[k], v, err_msg=k)
     plot = tmp_path / "lr.png"
-    assert main(["--steps", "30", "--batch-size", "16", "--plot", str(plot)], command=run_find_lr) == 0
+    assert main(["--steps", "60", "--batch-size", "16", "--plot", str(plot)], command=run_find_lr) == 0
     assert "suggested lr: " in capsys.readouterr().out and plot.stat().st_size > 1000
+    # a ramp that diverges at once: no suggestion, said on one line, exit 1
+    assert main(["--steps", "20", "--start-lr", "100", "--end-lr", "1e4"], command=run_find_lr) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no suggestion: the loss did not fall over the ramp (try more --steps or a lower "
+                        "--start-lr)") and len(err.splitlines()) == 1
     assert main(["--start-lr", "1", "--end-lr", "0.5"], command=run_find_lr) == 2
     assert "--start-lr 1.0 must be below --end-lr 0.5" in capsys.readouterr().err
 
@@ -306,10 +311,36 @@ def test_checkpoints_keep_the_generators_of_dropouts_inside_residual_blocks(tmp_
     net = nc.build_network("conv(2,3,padding=same),res(conv(2,3,padding=same),dropout(0.5)),dense(4)",
                            (1, 6, 6), 3, seed=0)
     inner = net.layers[1].body[1]
-    inner.draw(17)  # move its generator away from the seeded state
+    for _ in range(3):  # move its generator away from the seeded state
+        net.forward(rng.random((2, 1, 6, 6)).astype(np.float32), training=True)
     nc.save(net, str(tmp_path / "d.npz"))
     back = nc.load(str(tmp_path / "d.npz"))
-    assert back.layers[1].body[1].rng.bit_generator.state == inner.rng.bit_generator.state
+    assert back.layers[1].body[1].generator_state() == inner.generator_state()
+    assert inner.generator_state()[1] == 3
+
+
+def test_dropout_generators_saved_by_older_versions_still_load():
+    """Pickles and checkpoints from before the counter-based masks held a numpy Generator: a
+    seed is drawn from it (later masks differ from the older version's); a malformed state is a
+    CheckpointError."""
+    import pickle
+
+    from numbacnn.checkpoint import CheckpointError, _dropout_state
+
+    old = np.random.default_rng(5)
+    seed, draws = _dropout_state(old.bit_generator.state, "c.npz")
+    assert draws == 0 and seed == np.random.default_rng(5).integers(2**63)
+    assert _dropout_state([7, 9], "c.npz") == (7, 9)
+    with pytest.raises(CheckpointError, match="c.npz: a dropout generator state must be"):
+        _dropout_state([7, -1], "c.npz")
+    drop = nc.Dropout(0.5)
+    state = drop.__getstate__()
+    del state["_state"], state["_offset"]
+    state.update(rng=np.random.default_rng(5), batch_slice=None)
+    back = pickle.loads(pickle.dumps(drop))
+    back.__setstate__(state)
+    assert back.generator_state() == (seed, 0)
+    assert back.forward(np.ones((2, 8), np.float32), training=True).shape == (2, 8)
 
 
 def test_cli_refuses_a_bad_augment_term_and_early_stopping_without_validation(capsys):

@@ -201,8 +201,13 @@ class Backend:
     def tanh_backward(self, dx, dy, y) -> None:
         launch(self.kernels.tanh_backward, dx, dy, y)
 
-    def dropout_forward(self, y, x, mask) -> None:
-        launch(self.kernels.dropout_forward, y, x, mask)
+    def dropout_forward(self, y, mask, x, state, threshold: int, scale: float) -> None:
+        """y = x * mask, the mask drawn from ``state`` (seed, draw, offset; see
+        kernels/cpu/dropout.py) with drop threshold ``threshold`` (0: keep all) and keep value
+        ``scale``; a draw (threshold > 0) advances the state's draw number."""
+        launch(self.kernels.dropout_forward, y, mask, x, state, int(threshold), float(scale))
+        if threshold:
+            launch(self.kernels.dropout_advance, state)
 
     def dropout_backward(self, dx, dy, mask) -> None:
         launch(self.kernels.dropout_backward, dx, dy, mask)

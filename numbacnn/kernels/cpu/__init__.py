@@ -2,8 +2,6 @@
 from ._util import sum_parts
 from .activations import (
                           add,
-                          dropout_backward,
-                          dropout_forward,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -15,6 +13,7 @@ from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .dense import dense_backward, dense_forward
+from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy
 from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
@@ -34,7 +33,8 @@ __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
-    "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
+    "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
+    "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",
     "sgd_update", "softmax",
     "softmax_cross_entropy", "sum_parts", "tanh_backward", "tanh_forward",

@@ -1,4 +1,4 @@
-"""Elementwise activations, dropout and the sum of two arrays (residual blocks) on flat float32 arrays,
+"""Elementwise activations and the sum of two arrays (residual blocks) on flat float32 arrays,
 forward and backward.
 
 Each prange iteration handles one block through slices indexed from 0 (see optim.py: a computed
@@ -83,24 +83,6 @@ def tanh_backward(dx, dy, y):
         dxs, dys, ys = dx[lo:hi], dy[lo:hi], y[lo:hi]
         for i in range(hi - lo):
             dxs[i] = dys[i] * (one - ys[i] * ys[i])
-
-
-@kernel()
-def dropout_forward(y, x, mask):
-    """y = x * mask, where mask holds 0 or 1/(1-p) (inverted dropout). (M,) flat."""
-    M = x.shape[0]
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        ys, xs, ms = y[lo:hi], x[lo:hi], mask[lo:hi]
-        for i in range(hi - lo):
-            ys[i] = xs[i] * ms[i]
-
-
-@kernel(parallel=False)
-def dropout_backward(dx, dy, mask):
-    """dx = dy * mask. (M,) flat."""
-    dropout_forward(dx, dy, mask)
 
 
 @kernel()

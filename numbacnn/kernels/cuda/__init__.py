@@ -7,8 +7,6 @@ Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUM
 """
 from .activations import (
                           add,
-                          dropout_backward,
-                          dropout_forward,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -17,6 +15,7 @@ from .activations import (
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
 from .dense import dense_backward, dense_forward
+from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy, step_stats
 from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
@@ -34,7 +33,8 @@ __all__ = [
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
     "conv2d_forward_gather",
-    "dense_backward", "dense_forward", "dropout_backward", "dropout_forward", "maxpool2d_backward",
+    "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
+    "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update",
     "softmax", "softmax_cross_entropy", "step_stats", "tanh_backward", "tanh_forward",
 ]

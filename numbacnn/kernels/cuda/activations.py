@@ -1,4 +1,4 @@
-"""Elementwise activations, dropout and the sum of two arrays on flat device arrays."""
+"""Elementwise activations and the sum of two arrays on flat device arrays."""
 import math
 
 from numba import cuda
@@ -36,13 +36,6 @@ def _tanh_backward(dx, dy, y):
 
 
 @cuda.jit
-def _mul(out, a, mask):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[i] * mask[i]
-
-
-@cuda.jit
 def _add(y, a, b):
     i = cuda.grid(1)
     if i < y.size:
@@ -67,12 +60,3 @@ def tanh_forward(y, x):
 
 def tanh_backward(dx, dy, y):
     _tanh_backward[grid(dx.size)](dx, dy, y)
-
-
-def dropout_forward(y, x, mask):
-    """y = x * mask; the mask (0 or 1/(1-p)) is drawn on the host and copied, like the CPU path."""
-    _mul[grid(y.size)](y, x, mask)
-
-
-def dropout_backward(dx, dy, mask):
-    _mul[grid(dx.size)](dx, dy, mask)

@@ -1,0 +1,97 @@
+"""Inverted dropout with masks drawn by the kernel itself from a counter-based generator.
+
+Each value's uniform draw is a pure function of (seed, draw number, the value's index in the whole
+batch): Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; the
+generator of cuRAND and of PyTorch's CUDA dropout), keyed by the 64-bit seed, on the counter
+(group low, group high, draw low, draw high) where a group holds four consecutive values (one word each). So
+the CPU and CUDA kernels draw the same masks, at any thread count, without the host: the state is a
+(4,) uint64 array (seed, draws made, index offset, unused) that lives with the layer's buffers.
+The offset is the index of this process's first value in the whole batch (data parallelism).
+
+Value i is kept when the top 24 bits of its word are >= ``threshold`` (ceil(p * 2**24)), so it
+is dropped with probability threshold / 2**24 (p within 2**-24). Every product is of two 32-bit
+numbers in 64-bit arithmetic, so nothing overflows (the CUDA simulator's numpy scalars stay quiet).
+"""
+import numpy as np
+from numba import prange
+
+from ..._config import kernel
+
+_GROUPS = 1024  # groups of four values per prange block
+
+_LO = np.uint64(0xFFFFFFFF)
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
+_S32, _S8 = np.uint64(32), np.uint64(8)
+
+
+@kernel(parallel=False)
+def philox4x32(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1): four 32-bit words, each as
+    uint64. All arguments uint64 below 2**32. kernels/cuda/dropout.py compiles the same Python
+    for the GPU."""
+    for _ in range(10):
+        p0 = _M0 * c0
+        p1 = _M1 * c2
+        c0, c1, c2, c3 = (p1 >> _S32) ^ c1 ^ k0, p1 & _LO, (p0 >> _S32) ^ c3 ^ k1, p0 & _LO
+        k0 = (k0 + _W0) & _LO
+        k1 = (k1 + _W1) & _LO
+    return c0, c1, c2, c3
+
+
+@kernel()
+def dropout_forward(y, mask, x, state, threshold, scale):
+    """y = x * mask with mask = scale where value i is kept, else 0 (see the module docstring);
+    all (M,) flat float32. ``state``: (4,) uint64 (seed, draw, offset, 0), read only (the draw
+    number is advanced by ``dropout_advance``). threshold 0 keeps everything (inference, p = 0)
+    without drawing."""
+    M = x.shape[0]
+    if threshold == 0:
+        for blk in prange((M + 4 * _GROUPS - 1) // (4 * _GROUPS)):
+            lo = blk * 4 * _GROUPS
+            hi = min(M, lo + 4 * _GROUPS)
+            ys, xs, ms = y[lo:hi], x[lo:hi], mask[lo:hi]
+            one = np.float32(scale)
+            for i in range(hi - lo):
+                ms[i] = one
+                ys[i] = xs[i] * one
+        return
+    k0, k1 = state[0] & _LO, state[0] >> _S32
+    d0, d1 = state[1] & _LO, state[1] >> _S32
+    off = state[2]
+    t = np.uint64(threshold)
+    zero, keep = np.float32(0.0), np.float32(scale)
+    first = off >> np.uint64(2)  # the group of this process's first value
+    n_groups = np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
+    for blk in prange((n_groups + _GROUPS - 1) // _GROUPS):
+        g_lo = blk * _GROUPS
+        g_hi = min(n_groups, g_lo + _GROUPS)
+        for g in range(g_lo, g_hi):
+            group = first + np.uint64(g)
+            w0, w1, w2, w3 = philox4x32(group & _LO, group >> _S32, d0, d1, k0, k1)
+            base = np.int64(group << np.uint64(2)) - np.int64(off)  # local index of word 0
+            for w in range(4):
+                i = base + w
+                if 0 <= i < M:
+                    word = w0 if w == 0 else w1 if w == 1 else w2 if w == 2 else w3
+                    m = keep if (word >> _S8) >= t else zero
+                    mask[i] = m
+                    y[i] = x[i] * m
+
+
+@kernel(parallel=False)
+def dropout_advance(state):
+    """The next draw: state[1] += 1 (after a training forward's ``dropout_forward``)."""
+    state[1] += np.uint64(1)
+
+
+@kernel()
+def dropout_backward(dx, dy, mask):
+    """dx = dy * mask. (M,) flat."""
+    M = dy.shape[0]
+    for blk in prange((M + 4 * _GROUPS - 1) // (4 * _GROUPS)):
+        lo = blk * 4 * _GROUPS
+        hi = min(M, lo + 4 * _GROUPS)
+        dxs, dys, ms = dx[lo:hi], dy[lo:hi], mask[lo:hi]
+        for i in range(hi - lo):
+            dxs[i] = dys[i] * ms[i]
