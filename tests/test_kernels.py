@@ -30,6 +30,9 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (2, 9, 3, 4, 4, (3, 4), 1, 0),  # position-major, kernel as large as the input: 1x1 output
     (2, 3, 9, 8, 4, (7, 5), 1, (3, 1)),  # position-major with few channels and a large kernel
     (150, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, grouped backward GEMMs
+    (1, 12, 7, 6, 32, 3, 1, 1),  # position-major, one example in 4 blocks of rows
+    (1, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, one example in blocks
+    (3, 16, 20, 18, 48, 3, 1, 1),  # position-major, 3 blocks an example (GEMMs kept small)
     (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions (at most 6 examples per GEMM)
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
@@ -384,6 +387,9 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (2, 12, 11, 12, 5, 3, (2, 1), 0, (2, 3)),  # position-major, rectangular stride and windows
     (3, 1, 9, 17, 2, 2, 1, 0, (8, 16)),  # 128-element windows: the largest int8 window offsets
     (3, 12, 10, 18, 3, 3, 1, 0, (8, 16)),  # position-major, 128-element windows
+    (1, 12, 13, 13, 64, 3, 1, 0, 2),  # position-major, one example in 4 blocks of pooled rows
+    (5, 12, 16, 14, 64, 3, 1, 1, 2),  # position-major, 2 blocks an example (GEMMs kept small)
+    (1, 12, 11, 9, 6, 3, 2, 1, (2, 3)),  # position-major strided, one example in blocks
 ]
 
 

@@ -115,7 +115,8 @@ class WidePlan(CpuConvPlan):
         g = self.geometry
         launch(K.conv2d_forward_wide, y, argmax, ws.buf("yw", (self.slots, g.out_channels + 1, L)),
                ws.buf("cols", self._cols_shape(L)), ws.buf("xpad", self._pad_shape(hp, wp)),
-               x, weight, bias, *g.padding, relu, *(pool or (0, 0)), self.direct)
+               x, weight, bias, *g.padding, relu, *(pool or (0, 0)), self.direct,
+               wide_blocks(g, x.shape))
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
@@ -163,7 +164,7 @@ class PositionsPlan(CpuConvPlan):
         launch(K.conv2d_forward_positions,
                y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
                ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
-               kh, kw, relu, *(pool or (0, 0)))
+               kh, kw, relu, *(pool or (0, 0)), positions_blocks(g, x.shape, pool))
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
@@ -181,6 +182,38 @@ class PositionsPlan(CpuConvPlan):
                ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
                dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx,
                relu, *(pool or (0, 0)))
+
+
+# The "positions" forward splits an example's output rows into blocks whose GEMM has at most
+# SMALL_GEMM multiply-adds: OpenBLAS multiplies such small matrices without packing them, 10-25 %
+# faster per flop on mnistcnn's, modern's and resnet8's 3x3 layers (docs/performance.md); just
+# above 1e6 it packs, and splitting there was slower than not splitting. A batch holds at least
+# MIN_BLOCKS blocks where the rows allow, so that one example keeps several cores busy.
+SMALL_GEMM = 900_000
+MIN_BLOCKS = 4
+
+
+def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None) -> int:
+    """Blocks of whole output rows (pooled rows with a fused pool) per example in the "positions"
+    forward. From the layer's and the batch's shapes only, never the thread count, so that the
+    bits do not depend on it."""
+    n, _, h, w = shape
+    oh, ow = g.out_hw(h, w)
+    unit = pool[0] if pool else 1
+    rows = oh // unit
+    if rows <= 1:
+        return 1
+    per_row = unit * ow * g.ckk * g.out_channels
+    blocks = 1
+    if rows * per_row > SMALL_GEMM >= per_row:
+        blocks = -(-rows // (SMALL_GEMM // per_row))
+    return min(rows, max(blocks, -(-MIN_BLOCKS // n)))
+
+
+def wide_blocks(g: ConvGeometry, shape: tuple[int, ...]) -> int:
+    """Blocks of output channels per example in the "wide" and "direct" forwards: enough for a
+    batch to hold MIN_BLOCKS blocks (the batch size, never the thread count, decides)."""
+    return min(g.out_channels, -(-MIN_BLOCKS // shape[0]))
 
 
 class GemmPlan(CpuConvPlan):

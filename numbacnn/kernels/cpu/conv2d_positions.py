@@ -28,32 +28,34 @@ from .blas import sgemm
 
 
 @kernel(parallel=False)
-def _transpose_padded(xtf, x, PH, PW):
-    """xtf (flat (Hp * Wp, C)) = the zero-padded plane of x (C, H, W), transposed."""
+def _transpose_padded(xtf, x, PH, PW, R0, R1):
+    """xtf (flat ((R1 - R0) * Wp, C)) = rows R0 .. R1 - 1 of the zero-padded plane of x (C, H, W),
+    transposed."""
     C, H, W = x.shape
     Wp = W + 2 * PW
     zero = np.float32(0.0)
     if PH > 0 or PW > 0:
-        for i in range((H + 2 * PH) * Wp * C):
+        for i in range((R1 - R0) * Wp * C):
             xtf[i] = zero
     for c in range(C):
-        for i in range(H):
+        for i in range(max(0, R0 - PH), min(H, R1 - PH)):
             src = x[c, i]
-            d0 = ((PH + i) * Wp + PW) * C + c
+            d0 = ((PH + i - R0) * Wp + PW) * C + c
             for j in range(W):
                 xtf[d0 + j * C] = src[j]
 
 
 @kernel(parallel=False)
-def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, SH, SW, adjoint):
+def _position_runs(cf, xtf, Wp, OY0, OY1, OW, KH, C, ckk, SH, SW, adjoint):
     """The copies behind im2col (adjoint False: cf <- xtf) and col2im (True: xtf += cf)
-    on position-major columns. In (ky, kx, c) order the KW taps of one kernel row read KW
-    consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is one
-    contiguous run of KW * C floats. The offsets are unsigned: with signed computed indices numba
+    on position-major columns, for output rows OY0 .. OY1 - 1 (cf's row 0 is position (OY0, 0);
+    xtf's row 0 is padded input row OY0 * SH). In (ky, kx, c) order the KW taps of one kernel row
+    read KW consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is
+    one contiguous run of KW * C floats. The offsets are unsigned: with signed computed indices numba
     must handle negative ones (wraparound), which kept these loops from vectorising (4-5x slower);
     unsigned indices were also 10 % faster than slicing every run (LeNet's 6 -> 16 layer)."""
     run = numba.uint64(ckk // KH)
-    for oy in range(OH):
+    for oy in range(OY1 - OY0):
         for ox in range(OW):
             c0 = numba.uint64((oy * OW + ox) * ckk)
             for ky in range(KH):
@@ -68,14 +70,14 @@ def _position_runs(cf, xtf, Wp, OH, OW, KH, C, ckk, SH, SW, adjoint):
 
 
 @kernel(parallel=False)
-def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW):
-    """Position-major columns cf[:L * ckk], (L, KH*KW*C) with L = OH * OW, of the example
-    x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for its padded transpose."""
+def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW, OY0, OY1):
+    """Position-major columns cf[:L * ckk], (L, KH*KW*C) with L = (OY1 - OY0) * OW, of output rows
+    OY0 .. OY1 - 1 of the example x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for the
+    padded transpose of the input rows they read."""
     C, H, W = x.shape
     Wp = W + 2 * PW
-    _transpose_padded(xtf, x, PH, PW)
-    _position_runs(cf, xtf, Wp, conv_out(H, KH, SH, PH), conv_out(W, KW, SW, PW), KH, C,
-                   KH * KW * C, SH, SW, False)
+    _transpose_padded(xtf, x, PH, PW, OY0 * SH, (OY1 - 1) * SH + KH)
+    _position_runs(cf, xtf, Wp, OY0, OY1, conv_out(W, KW, SW, PW), KH, C, KH * KW * C, SH, SW, False)
 
 
 @kernel(parallel=False)
@@ -88,7 +90,7 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
     zero = np.float32(0.0)
     for i in range(Hp * Wp * C):
         xtf[i] = zero
-    _position_runs(dcf, xtf, Wp, conv_out(H, KH, SH, PH), conv_out(W, KW, SW, PW), KH, C,
+    _position_runs(dcf, xtf, Wp, 0, conv_out(H, KH, SH, PH), conv_out(W, KW, SW, PW), KH, C,
                    KH * KW * C, SH, SW, True)
     for c in range(C):
         for i in range(H):
@@ -146,7 +148,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
 
 @kernel()
 def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
-                             PKH, PKW):
+                             PKH, PKW, S):
     """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
     ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
@@ -155,6 +157,9 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
     (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); wt: the weight as
     (ky, kx, ci) x co, (ckk, Co).
+    Each example's output rows (pooled rows with a fused pool) are split into S blocks of whole
+    rows (``positions_blocks``: from the shape only, so the bits do not depend on the batch size or
+    the thread count); the N * S blocks run in parallel, each with its own columns and GEMM.
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
     xt (T, Hp * Wp, Ci); yw (T, L, Co), L = OH * OW.
     """
@@ -165,14 +170,22 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     L = OH * OW
     ckk = Ci * KH * KW
     wf = wt.reshape(ckk * Co)
-    for n in prange(N):  # each example writes out[n] and its thread's workspaces
-        t = numba.get_thread_id()
-        cf = cols[t].reshape(L * ckk)
-        _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW, SH, SW)
-        yf = yw[t].reshape(L * Co)
-        sgemm(False, False, L, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
-              np.float32(0.0), yf, 0, Co)
-        _epilogue_positions(out[n], argmax[n], yf, b, OW, relu, PKH, PKW)
+    R = OH // PKH if PKH > 0 else OH  # rows of the epilogue's output
+    U = PKH if PKH > 0 else 1  # convolution rows per epilogue row
+    for i in prange(N * S):  # each block writes its rows of out[n] and its thread's workspaces
+        n = i // S
+        r0 = (i % S) * R // S
+        r1 = (i % S + 1) * R // S
+        if r1 > r0:
+            t = numba.get_thread_id()
+            cf = cols[t].reshape(L * ckk)
+            _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW, SH, SW,
+                              r0 * U, r1 * U)
+            Lb = (r1 - r0) * U * OW
+            yf = yw[t].reshape(L * Co)[:Lb * Co]
+            sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
+                  np.float32(0.0), yf, 0, Co)
+            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW)
 
 
 @kernel()
@@ -215,7 +228,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
             G = min(group, E - g0)
             for e in range(G):
                 n = n0 + g0 + e
-                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW)
+                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW, 0, OH)
                 grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
                           gmask[t], gidx[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)

@@ -149,7 +149,7 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW):
 
 
 @kernel()
-def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct):
+def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S):
     """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
     out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool).
@@ -157,6 +157,9 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
     (unused without pooling, then (N, 1, 1, 1)); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     With direct, the rows come from conv2d_direct.direct_rows instead of im2col and a GEMM.
+    Each example's output channels are split into S blocks (``wide_blocks``: from the batch size
+    only, so that one example keeps several threads busy and the bits do not depend on the
+    thread count); the N * S blocks run in parallel.
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, Ci*KH*KW, L), unused
     when direct; yw (T, Co + 1, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else
     (T, 1, 1, 1). Nothing is cached for the backward.
@@ -169,21 +172,27 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     L = (OH - 1) * Wp + OW
     ckk = Ci * KH * KW
     wf = w.reshape(Co * ckk)
-    for n in prange(N):  # each example writes out[n] and its thread's workspaces
-        t = numba.get_thread_id()
-        cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
-        yf = yw[t].reshape((Co + 1) * L)
-        xp = _plane(xpad[t], x[n], PH, PW)
-        if direct:
-            plane = xp.shape[1] * Wp
-            direct_rows(yf, L, xp.reshape(Ci * plane), wf, Co, Ci, plane, KH, KW, Wp, L)
-        else:
-            im2col_wide(cf, L, xp, KH, KW, Wp, L)
-            sgemm(False, False, Co, L, ckk, np.float32(1.0), wf, 0, ckk, cf, 0, L, np.float32(0.0), yf, 0, L)
-        if PKH > 0:
-            _epilogue_relu_maxpool(out[n], argmax[n], yf, b, Wp, L, PKH, PKW)
-        else:
-            _epilogue(out[n], yf, b, Wp, L, relu)
+    for i in prange(N * S):  # each block writes its channels of out[n] and its thread's workspaces
+        n = i // S
+        c0 = (i % S) * Co // S
+        c1 = (i % S + 1) * Co // S
+        if c1 > c0:
+            t = numba.get_thread_id()
+            cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
+            yf = yw[t].reshape((Co + 1) * L)
+            xp = _plane(xpad[t], x[n], PH, PW)
+            if direct:
+                plane = xp.shape[1] * Wp
+                direct_rows(yf, L, xp.reshape(Ci * plane), wf[c0 * ckk:c1 * ckk], c1 - c0, Ci, plane,
+                            KH, KW, Wp, L)
+            else:
+                im2col_wide(cf, L, xp, KH, KW, Wp, L)
+                sgemm(False, False, c1 - c0, L, ckk, np.float32(1.0), wf, c0 * ckk, ckk, cf, 0, L,
+                      np.float32(0.0), yf, 0, L)
+            if PKH > 0:
+                _epilogue_relu_maxpool(out[n][c0:c1], argmax[n][c0:c1], yf, b[c0:c1], Wp, L, PKH, PKW)
+            else:
+                _epilogue(out[n][c0:c1], yf, b[c0:c1], Wp, L, relu)
 
 
 @kernel()
