@@ -174,8 +174,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     U = PKH if PKH > 0 else 1  # convolution rows per epilogue row
     for i in prange(N * S):  # each block writes its rows of out[n] and its thread's workspaces
         n = i // S
-        r0 = (i % S) * R // S
-        r1 = (i % S + 1) * R // S
+        r0, r1 = part_bounds(R, S, i % S)
         if r1 > r0:
             t = numba.get_thread_id()
             cf = cols[t].reshape(L * ckk)

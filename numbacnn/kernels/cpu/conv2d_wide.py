@@ -174,8 +174,7 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     wf = w.reshape(Co * ckk)
     for i in prange(N * S):  # each block writes its channels of out[n] and its thread's workspaces
         n = i // S
-        c0 = (i % S) * Co // S
-        c1 = (i % S + 1) * Co // S
+        c0, c1 = part_bounds(Co, S, i % S)
         if c1 > c0:
             t = numba.get_thread_id()
             cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
