@@ -570,7 +570,7 @@ class Dropout(_Elementwise):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be a probability in [0, 1), got {p!r}")
         self.p = float(p)
-        self._init_state(int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1))
+        self._init_state(int(np.random.SeedSequence().generate_state(1, np.uint64)[0]) >> 1)
 
     @property
     def threshold(self) -> int:
