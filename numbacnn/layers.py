@@ -623,11 +623,10 @@ class Dropout(_Elementwise):
             self._init_state(int(rng.integers(2**63)) if rng is not None else 0)
 
     def _apply(self, y, x, training):
-        mask = self._buf("mask", x.shape)
-        if training:
-            self.backend.dropout_forward(y, mask, x, self._state, self.threshold, 1.0 / (1.0 - self.p))
-        else:
-            self.backend.dropout_forward(y, mask, x, self._state, 0, 1.0)
+        # threshold 0 (evaluation): a mask of ones, nothing drawn
+        self.backend.dropout_forward(y, self._buf("mask", x.shape), x, self._state,
+                                     self.threshold if training else 0,
+                                     1.0 / (1.0 - self.p) if training else 1.0)
 
     def _apply_backward(self, dx, dy):
         self.backend.dropout_backward(dx, dy, self._buffers["mask"])
