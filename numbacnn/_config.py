@@ -88,6 +88,12 @@ def kernel(parallel: bool = True, fastmath: bool = True):
 
 
 _blas_done = False
+_blas_arch = ""  # the OpenBLAS core of the kernels' BLAS, as threadpoolctl names it ("" if unknown)
+
+# OpenBLAS cores whose sgemm has small-matrix kernels: products of at most 1e6 multiply-adds run
+# unpacked, near the FMA peak (docs/performance.md, issue 35). The convolution plans keep their GEMMs
+# under that size there, and leave them whole elsewhere (a packed GEMM with few rows is slow).
+_SMALL_GEMM_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 
 
 def single_thread_kernel_blas() -> None:
@@ -97,7 +103,7 @@ def single_thread_kernel_blas() -> None:
     Kernels call BLAS from inside ``prange`` (one GEMM per example or block); a multi-threaded BLAS
     there would fight numba's own threads. numpy's own BLAS (used by user code) is left alone.
     """
-    global _blas_done
+    global _blas_done, _blas_arch
     if _blas_done:
         return
     _blas_done = True
@@ -110,6 +116,14 @@ def single_thread_kernel_blas() -> None:
         path = lib.filepath or ""
         if "scipy" in path and "numpy" not in path and lib.internal_api == "openblas":
             lib.set_num_threads(1)
+            _blas_arch = str(getattr(lib, "architecture", "") or "")
+
+
+def small_gemm_macs() -> int:
+    """The largest GEMM (multiply-adds) that the kernels' BLAS multiplies with its small-matrix
+    kernels, less a margin; 0 when it has none (the plans then leave their GEMMs whole)."""
+    single_thread_kernel_blas()
+    return 900_000 if _blas_arch.lower() in _SMALL_GEMM_CORES else 0
 
 
 def set_num_threads(n: int | None) -> int:

@@ -33,6 +33,7 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (1, 12, 7, 6, 32, 3, 1, 1),  # position-major, one example in 4 blocks of rows
     (1, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, one example in blocks
     (3, 16, 20, 18, 48, 3, 1, 1),  # position-major, 3 blocks an example (GEMMs kept small)
+    (150, 16, 12, 11, 48, 3, 1, 1),  # backward GEMMs in pieces that cross examples and groups
     (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions (at most 6 examples per GEMM)
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
@@ -569,3 +570,26 @@ def test_the_conv_backward_splits_a_batch_into_min_n_64_gradient_parts(n, parts)
     y = layer.forward(x)
     layer.backward(np.ones_like(y), need_dx=False)
     assert layer._buffers["dw_parts"].shape[0] == parts
+
+
+@pytest.mark.parametrize("arch, small", [("SkylakeX", True), ("Haswell", False), ("", False)])
+def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkeypatch, arch, small):
+    """The "positions" backward cuts its GEMMs into pieces of at most small_gemm_macs() multiply-adds
+    where the BLAS has small-matrix kernels (OpenBLAS's AVX-512 cores), never thinner than
+    MIN_GEMM_ROWS rows, and leaves them whole elsewhere; the pieces follow the shapes only."""
+    from numbacnn import _config
+    from numbacnn.backend import cpu_conv
+
+    _config.single_thread_kernel_blas()
+    monkeypatch.setattr(_config, "_blas_arch", arch)
+    limit = _config.small_gemm_macs()
+    assert (limit > 0) == small
+    for ci, co, rows in [(16, 48, 396), (32, 32, 784), (64, 64, 1176), (32, 64, 196), (4, 8, 50),
+                         (512, 512, 100)]:
+        g = nc.Conv2D(ci, co, 3, padding=1).plan.geometry
+        kb, mb = cpu_conv.positions_gemm_rows(g, rows)
+        per_row = g.ckk * co
+        if small and rows * per_row > limit and limit // per_row >= cpu_conv.MIN_GEMM_ROWS:
+            assert kb == mb and cpu_conv.MIN_GEMM_ROWS <= kb < rows and kb * per_row <= limit
+        else:
+            assert (kb, mb) == (rows, rows)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import _config
+from .._config import small_gemm_macs
 from ..kernels import cpu as K
 from .base import ConvGeometry, ConvPlan, Pair, Workspace
 from .calls import launch
@@ -181,16 +182,31 @@ class PositionsPlan(CpuConvPlan):
                ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
                ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
                dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx,
-               relu, *(pool or (0, 0)))
+               relu, *(pool or (0, 0)), *positions_gemm_rows(g, group * L))
 
 
 # The "positions" forward splits an example's output rows into blocks whose GEMM has at most
-# SMALL_GEMM multiply-adds: OpenBLAS multiplies such small matrices without packing them, 10-25 %
-# faster per flop on mnistcnn's, modern's and resnet8's 3x3 layers (docs/performance.md); just
-# above 1e6 it packs, and splitting there was slower than not splitting. A batch holds at least
-# MIN_BLOCKS blocks where the rows allow, so that one example keeps several cores busy.
-SMALL_GEMM = 900_000
+# _config.small_gemm_macs() multiply-adds: OpenBLAS (on its AVX-512 cores) multiplies such small
+# matrices without packing them, 10-25 % faster per flop on mnistcnn's, modern's and resnet8's 3x3
+# layers (docs/performance.md); just above 1e6 it packs, and splitting there was slower than not
+# splitting. A batch holds at least MIN_BLOCKS blocks where the rows allow, so that one example
+# keeps several cores busy. The backward cuts its GEMMs the same way (positions_gemm_rows).
 MIN_BLOCKS = 4
+# The fewest rows (positions) a backward GEMM piece may have: thinner pieces lose more to the calls
+# than the small-matrix kernels win.
+MIN_GEMM_ROWS = 8
+
+
+def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
+    """KB and MB of conv2d_backward_positions for ``rows`` positions per GEMM: the weight
+    gradient's GEMM (Co x ckk x rows) summed over runs of KB positions, the input gradient's
+    (rows x ckk x Co) made MB rows at a time, each piece small enough for the BLAS's small-matrix
+    kernels. From the shapes (and the BLAS) only, never the thread count."""
+    per_row = g.ckk * g.out_channels
+    rows_fit = small_gemm_macs() // per_row
+    if rows_fit < MIN_GEMM_ROWS or rows * per_row <= small_gemm_macs():
+        return rows, rows
+    return rows_fit, rows_fit
 
 
 def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None) -> int:
@@ -205,8 +221,9 @@ def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None)
         return 1
     per_row = unit * ow * g.ckk * g.out_channels
     blocks = 1
-    if rows * per_row > SMALL_GEMM >= per_row:
-        blocks = -(-rows // (SMALL_GEMM // per_row))
+    small = small_gemm_macs()
+    if rows * per_row > small >= per_row:
+        blocks = -(-rows // (small // per_row))
     return min(rows, max(blocks, -(-MIN_BLOCKS // n)))
 
 

@@ -190,7 +190,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 @kernel()
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x,
                               wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH,
-                              PKW):
+                              PKW, KB, MB):
     """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
     parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts);
     its GEMMs cover ``group`` examples at a time.
@@ -200,6 +200,9 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci) -- the weight
     gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
     (P, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
+    KB and MB (positions_gemm_rows, from the shapes only) cut the GEMMs into pieces: the weight
+    gradient's sum over positions in runs of KB positions, accumulated in order, and the input
+    gradient's columns in blocks of MB rows.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
     xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) and gidx (int32, (T, at least
     (Co + 1) * PH * PW)) when pooled.
@@ -231,14 +234,17 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
                 grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
                           gmask[t], gidx[t])
             add_row_sums(dbc, gf, PG, G * L, g0 == 0)
-            # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk)
-            sgemm(False, False, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, ckk,
-                  np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
+            # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk), KB positions at a time
+            for k0 in range(0, G * L, KB):
+                kn = min(KB, G * L - k0)
+                sgemm(False, False, Co, ckk, kn, np.float32(1.0), gf, k0, PG, cf, k0 * ckk, ckk,
+                      np.float32(1.0) if g0 > 0 or k0 > 0 else zero, dwf, 0, ckk)
             if need_dx:
-                # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk)
+                # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk), MB rows at a time
                 dcf = dcols[t].reshape(PG * ckk)
-                sgemm(True, False, G * L, ckk, Co, np.float32(1.0), gf, 0, PG, wkf, 0, ckk,
-                      zero, dcf, 0, ckk)
+                for m0 in range(0, G * L, MB):
+                    sgemm(True, False, min(MB, G * L - m0), ckk, Co, np.float32(1.0), gf, m0, PG,
+                          wkf, 0, ckk, zero, dcf, m0 * ckk, ckk)
                 for e in range(G):
                     _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW,
                                       SH, SW)
