@@ -34,6 +34,11 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (1, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, one example in blocks
     (3, 16, 20, 18, 48, 3, 1, 1),  # position-major, 3 blocks an example (GEMMs kept small)
     (150, 16, 12, 11, 48, 3, 1, 1),  # backward GEMMs in pieces that cross examples and groups
+    (3, 32, 9, 7, 32, 3, 1, 1),  # Winograd: odd sizes (a half tile at the edges)
+    (130, 32, 5, 6, 33, 3, 1, 0),  # Winograd: parts of 2-3 examples, weight GEMMs across them
+    (2, 33, 16, 15, 40, 3, 1, 2),  # Winograd: padding 2, odd channel counts
+    (1, 32, 30, 31, 32, 3, 1, 1),  # Winograd: one example in blocks of tile rows
+    (2, 64, 34, 30, 64, 3, 1, 1),  # Winograd: weight GEMMs flushed inside an example
     (17, 12, 14, 14, 32, 3, 1, 1),  # 196 positions (at most 6 examples per GEMM)
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
@@ -47,7 +52,11 @@ def _pad(p, k):
 
 def test_conv_strategy_is_chosen_per_layer_shape():
     assert nc.Conv2D(1, 6, 5).strategy == "direct"  # stride 1, Ci*KH*KW <= 64
-    assert nc.Conv2D(32, 64, 3).strategy == "positions"
+    assert nc.Conv2D(32, 64, 3).strategy == "winograd"  # 3x3, stride 1, 32+ channels each
+    assert nc.Conv2D(64, 32, 3, padding=2).strategy == "winograd"
+    assert nc.Conv2D(16, 64, 3).strategy == "positions"
+    assert nc.Conv2D(32, 64, 3, padding=3).strategy == "positions"
+    assert nc.Conv2D(32, 64, 5).strategy == "positions"
     assert nc.Conv2D(6, 16, 5).strategy == "positions"  # LeNet's second layer
     assert nc.Conv2D(12, 4, 3, padding=1).strategy == "positions"
     assert nc.Conv2D(8, 4, 3).strategy == "wide"  # 64 < Ci*KH*KW < 100
@@ -75,17 +84,25 @@ def test_conv_strategy_is_chosen_per_layer_shape():
 
 
 def _ran_as_chosen(layer):
-    """The chosen plan's kernels ran: position-major ones keep a transposed input ("xt"), the
-    "direct" ones an empty im2col workspace and the "wide" ones a full one."""
+    """The chosen plan's kernels ran: position-major ones keep a transposed input ("xt"),
+    Winograd ones their transformed filters, the "direct" ones an empty im2col workspace and the
+    "wide" ones a full one."""
     bufs = layer._buffers
     assert ("xt" in bufs) == (layer.strategy == "positions")
+    assert ("wino_u" in bufs) == (layer.strategy == "winograd")
     if layer.strategy in ("wide", "direct"):
         assert (bufs["cols"].shape[1] == 1) == (layer.strategy == "direct")
 
 
 def _other_row_plan(layer, plan):
     """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
-    for a "direct" layer and the reverse), so that both stay checked on every shape."""
+    for a "direct" layer and the reverse), so that both stay checked on every shape; "winograd":
+    the Winograd plan, for every 3x3 stride-1 shape whatever its channels."""
+    if plan == "winograd":
+        from numbacnn.backend.cpu_conv import WinogradPlan
+
+        assert WinogradPlan.fits(layer.geometry)
+        layer._plan = WinogradPlan(layer.geometry)
     if plan == "swapped":
         from numbacnn.backend.cpu_conv import DirectPlan, WidePlan
 
@@ -95,14 +112,20 @@ def _other_row_plan(layer, plan):
 
 
 def _row_cases(cases):
-    """(case, "chosen") for every case (N, Ci, H, W, Co, K, stride, ...), plus (case, "swapped")
-    for the stride-1 cases that run on wide rows."""
+    """(case, "chosen") for every case (N, Ci, H, W, Co, K, stride, padding, ...), plus (case,
+    "swapped") for the stride-1 cases that run on wide rows and (case, "winograd") for those the
+    Winograd plan can run."""
+    from numbacnn.backend.cpu_conv import WinogradPlan
+
     out = []
     for case in cases:
         out.append((*case, "chosen"))
-        Ci, Co, K, S = case[1], case[4], case[5], case[6]
-        if nc.Conv2D(Ci, Co, K, stride=S).strategy in ("wide", "direct"):
+        Ci, Co, K, S, P = case[1], case[4], case[5], case[6], case[7]
+        layer = nc.Conv2D(Ci, Co, K, stride=S, padding=P)
+        if layer.strategy in ("wide", "direct"):
             out.append((*case, "swapped"))
+        if layer.strategy != "winograd" and WinogradPlan.fits(layer.geometry):
+            out.append((*case, "winograd"))
     return out
 
 
@@ -391,6 +414,10 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (1, 12, 13, 13, 64, 3, 1, 0, 2),  # position-major, one example in 4 blocks of pooled rows
     (5, 12, 16, 14, 64, 3, 1, 1, 2),  # position-major, 2 blocks an example (GEMMs kept small)
     (1, 12, 11, 9, 6, 3, 2, 1, (2, 3)),  # position-major strided, one example in blocks
+    (3, 32, 13, 12, 32, 3, 1, 0, 2),  # Winograd: odd output rows dropped by the pool
+    (1, 32, 16, 17, 32, 3, 1, 1, 2),  # Winograd: one example in blocks of pooled rows
+    (2, 32, 11, 12, 34, 3, 1, 1, (2, 3)),  # Winograd: windows through the position-major path
+    (2, 32, 12, 12, 32, 3, 1, 1, 3),  # Winograd: 3x3 windows, one block per example
 ]
 
 
@@ -457,6 +484,34 @@ def test_fused_conv_relu_pool_propagates_nan_and_inf(rng, Ci, K, P, pool, stride
         assert not np.isfinite(y[0]).all() and not np.isfinite(y[2]).all()
         assert np.isfinite(y[1]).all()
         finite = np.isfinite(ey)
+        np.testing.assert_allclose(y[finite], ey[finite], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", [2, 3])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, bad):
+    """Winograd's transforms add and subtract a tile's values, so an infinite input can come out as
+    NaN where the direct sum gives +-inf (inf - inf), and a following ReLU keeps that NaN where it
+    would have turned -inf into 0. What holds: every output that the oracle makes non-finite stays
+    non-finite, a NaN input gives NaN exactly where the oracle has it, an example without bad
+    values is untouched, and every finite output matches."""
+    net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.ReLU(), nc.MaxPool2D(pool)], seed=1)
+    conv = net.layers[0]
+    assert conv.strategy == "winograd" and conv.fused_pool
+    x = f32(rng.standard_normal((3, 32, 12, 11)))
+    x[0, 0, 4, 5] = bad
+    x[2, 31, 0, 0] = -bad
+    w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        h = np.maximum(ref.conv2d_forward(x, w, b, 1, 1), 0)
+    ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
+    for training in (False, True):
+        y = net.forward(x, training=training)
+        assert not np.isfinite(y[~np.isfinite(ey)]).any()
+        if bad != bad:
+            np.testing.assert_array_equal(np.isnan(y), np.isnan(ey))
+        assert np.isfinite(y[1]).all() and not np.isfinite(y[0]).all() and not np.isfinite(y[2]).all()
+        finite = np.isfinite(y)
         np.testing.assert_allclose(y[finite], ey[finite], rtol=1e-5, atol=1e-5)
 
 

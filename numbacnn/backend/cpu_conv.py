@@ -254,3 +254,94 @@ class GemmPlan(CpuConvPlan):
         dcols = ws.buf("dcols", (chunks, g.ckk, positions) if need_dx else (chunks, 1, 1))
         launch(K.conv2d_backward_gemm, dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
                *g.stride, *g.padding, need_dx, relu)
+
+
+# Winograd blocks hold about WINOGRAD_TILES 2x2 output tiles (whole tile rows): their 16 GEMMs
+# (tiles x C x Co) stay small enough for the BLAS's small-matrix kernels and their transforms in L2.
+WINOGRAD_TILES = 64
+# The weight gradient's 16 GEMMs sum over up to WINOGRAD_DW_TILES tiles (fewer where Ci * Co * tiles
+# would pass the small-matrix limit), collected across a gradient part's examples.
+WINOGRAD_DW_TILES = 512
+
+
+class WinogradPlan(CpuConvPlan):
+    """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py)."""
+
+    name = "winograd"
+    fuses_pool = True
+
+    @staticmethod
+    def fits(g: ConvGeometry) -> bool:
+        """Whether the plan can run the layer: 3x3 filters, stride 1, padding 0-2 on each axis."""
+        return g.kernel == (3, 3) and g.stride == (1, 1) and all(0 <= p <= 2 for p in g.padding)
+
+    @staticmethod
+    def tiles(h: int, w: int) -> tuple[int, int]:
+        """Tile rows and tiles per row that cover an h x w output."""
+        return (h + 1) // 2, (w + 1) // 2
+
+    def block_rows(self, tw: int) -> int:
+        """Tile rows per block for rows of tw tiles (the shapes only, never the thread count)."""
+        return max(1, WINOGRAD_TILES // tw)
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool)
+        g = self.geometry
+        ci, co = g.in_channels, g.out_channels
+        n, _, h, w = x.shape
+        th, tw = self.tiles(*g.out_hw(h, w))
+        blocks = max(-(-th // self.block_rows(tw)), -(-MIN_BLOCKS // n))
+        blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
+        tiles = -(-th // blocks) * tw  # the largest block's
+        u = ws.buf("wino_u", (16, ci, co))
+        launch(K.winograd_filters, u, weight, False)
+        skew = K.conv2d_winograd.SKEW
+        launch(K.conv2d_forward_winograd, y, argmax, ws.buf("yw", (self.slots, 4 * tiles * co)),
+               ws.buf("vw", (self.slots, 16 * (tiles * ci + skew))),
+               ws.buf("mw", (self.slots, 16 * (tiles * co + skew))),
+               ws.buf("sw", (self.slots, 8 * (tw + 1) * max(ci, co))),
+               ws.buf("pw", (self.slots, (2 * tiles // tw + 2) * (2 * tw + 2) * ci)), x, u, bias,
+               *g.padding, relu, *(pool or (0, 0)), blocks)
+        return y
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        """As CpuConvPlan.backward, but the parts hold the weight gradient's transforms (Co, 16, Ci):
+        they are added first and transformed once."""
+        g = self.geometry
+        ci, co = g.in_channels, g.out_channels
+        x, argmax = ws["x"], ws["pool_argmax"]
+        n, _, h, w = x.shape
+        chunks = _config.grad_parts(n)
+        dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
+        du_parts = ws.buf("du_parts", (chunks, co * 16 * ci))
+        db_parts = ws.buf("db_parts", (chunks, co))
+        oh, ow = g.out_hw(h, w)
+        th, tw = self.tiles(oh, ow)
+        thx, twx = self.tiles(h, w)
+        rows = self.block_rows(max(tw, twx))
+        cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
+        u2 = ws.buf("wino_u2", (16, co, ci))
+        launch(K.winograd_filters, u2, weight, True)
+        skew = K.conv2d_winograd.SKEW
+        block = 16 * (rows * twx * max(ci, co) + skew)
+        zb = ws.buf("zb", (ci,))
+        zb[:] = 0  # the input gradient's "bias" in the shared epilogue
+        launch(K.conv2d_backward_winograd,
+               dx, du_parts, db_parts, ws.buf("gw", (self.slots, co * oh * ow)),
+               ws.buf("gpw", (self.slots, (2 * thx + 2) * (2 * twx + 2) * co)),
+               ws.buf("bpw", (self.slots, (2 * th + 2) * (2 * tw + 2) * ci)),
+               ws.buf("bvw", (self.slots, 16 * (cap * ci + skew))),
+               ws.buf("bmw", (self.slots, 16 * (cap * co + skew))),
+               ws.buf("bvx", (self.slots, block if need_dx else 1)),
+               ws.buf("bmx", (self.slots, block if need_dx else 1)),
+               ws.buf("byw", (self.slots, 4 * rows * twx * ci if need_dx else 1)),
+               ws.buf("sw", (self.slots, 8 * (max(tw, twx) + 1) * max(ci, co))),
+               zb, *self.pooled_workspaces(ws, pool),
+               dy, x, u2, self.pooled_y(ws, pool), argmax, *g.padding, rows, cap, need_dx, relu,
+               *(pool or (0, 0)))
+        du = ws.buf("du", (co, 16, ci))
+        launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (co, 16, ci, 1), (16 * ci, ci, 1, 1))
+        launch(K.winograd_filter_gradient, dweight, du)
+        return dx if need_dx else None

@@ -12,6 +12,12 @@ from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eva
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
+from .conv2d_winograd import (
+                          conv2d_backward_winograd,
+                          conv2d_forward_winograd,
+                          winograd_filter_gradient,
+                          winograd_filters,
+)
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy
@@ -33,6 +39,7 @@ __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
+    "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",

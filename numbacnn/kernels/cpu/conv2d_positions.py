@@ -101,19 +101,27 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
 
 
 @kernel(parallel=False)
-def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
+def _slot(ox, half):
+    """Where position ox of an output row lies in its row: ox itself, or with half > 0 (the rows of
+    conv2d_winograd.py: even columns first, then odd ones) (ox % 2) * half + ox // 2."""
+    return ox if half == 0 else (ox & 1) * half + (ox >> 1)
+
+
+@kernel(parallel=False)
+def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
-    position oy * OW + ox, channel co): bias, ReLU when relu (NaN stays NaN), and (PKH > 0) max
-    pooling with stride = window, argmax as the offset inside the window
+    position oy * OW + _slot(ox, half), channel co): bias, ReLU when relu (NaN stays NaN), and
+    (PKH > 0) max pooling with stride = window, argmax as the offset inside the window
     (_conv_epilogue.marked), with maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or
     pooled (Co, PH, PW) with a its argmax. The 2x2 path runs over channels, contiguous in ytf;
-    an example holding a NaN or an infinity takes pool_scan instead."""
+    an example holding a NaN or an infinity takes pool_scan instead (after copying split rows
+    back into order in ``work``, as large as ytf; unused when half is 0)."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     if PKH == 0:
         for oy in range(PH):
             for ox in range(PW):
-                r0 = (oy * OW + ox) * Co
+                r0 = (oy * OW + _slot(ox, half)) * Co
                 row = ytf[r0:r0 + Co]
                 for co in range(Co):
                     v = row[co] + b[co]
@@ -125,11 +133,12 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
     if PKH == 2 and PKW == 2 and bad == bad:
         for py in range(PH):
             for px in range(PW):
-                j0 = 2 * py * OW + 2 * px  # the window's first position
-                ra = ytf[j0 * Co:j0 * Co + Co]
-                rb = ytf[(j0 + 1) * Co:(j0 + 1) * Co + Co]
-                rc = ytf[(j0 + OW) * Co:(j0 + OW) * Co + Co]
-                rd = ytf[(j0 + OW + 1) * Co:(j0 + OW + 1) * Co + Co]
+                ja = 2 * py * OW + _slot(2 * px, half)  # the window's positions
+                jb = 2 * py * OW + _slot(2 * px + 1, half)
+                ra = ytf[ja * Co:ja * Co + Co]
+                rb = ytf[jb * Co:jb * Co + Co]
+                rc = ytf[(ja + OW) * Co:(ja + OW) * Co + Co]
+                rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
                 for co in range(Co):
                     bias = b[co]
                     v0 = ra[co] + bias
@@ -141,9 +150,16 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW):
                     v3 = rd[co] + bias
                     v3 = v3 if v3 > zero else zero
                     o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3)
-    else:
-        for co in range(Co):
-            pool_scan(o[co], a[co], ytf, co, Co, OW, b[co], PKH, PKW)
+        return
+    src = ytf
+    if half > 0:
+        src = work[:ytf.shape[0]]
+        for p in range(ytf.shape[0] // Co):  # row y, position x back in order
+            s0 = (p - p % OW + _slot(p % OW, half)) * Co
+            for co in range(Co):
+                src[p * Co + co] = ytf[s0 + co]
+    for co in range(Co):
+        pool_scan(o[co], a[co], src, co, Co, OW, b[co], PKH, PKW)
 
 
 @kernel()
@@ -184,7 +200,8 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
             yf = yw[t].reshape(L * Co)[:Lb * Co]
             sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
                   np.float32(0.0), yf, 0, Co)
-            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW)
+            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
+                                yf)
 
 
 @kernel()
