@@ -38,6 +38,7 @@ class Mutant:
 
 
 K = "numbacnn/kernels/cpu/"
+W = K + "conv2d_winograd.py"
 M = Mutant
 MUTANTS = [
     # modern layers and recipe (issue 33)
@@ -209,6 +210,35 @@ MUTANTS = [
     M("a row block's GEMM covers one output row short", "numbacnn/kernels/cpu/conv2d_positions.py",
       "            Lb = (r1 - r0) * U * OW\n", "            Lb = (r1 - r0) * U * OW - (S > 1) * OW\n",
       ["tests/test_kernels.py", "-k", "fusion_matches_oracle or forward_backward_match"]),
+    # Winograd F(2x2, 3x3) and the backward's GEMM pieces (session 19)
+    M("winograd: the filter transform's middle row adds g1 twice", W,
+      "t[1, j] = h * (g0 + g1 + g2)", "t[1, j] = h * (g0 + g1 + g1)",
+      ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"]),
+    M("winograd: the input transform's second column subtracts", W,
+      "_add(vf[(k + 1) * s + o:(k + 1) * s + o + n], o0, e1)",
+      "_sub(vf[(k + 1) * s + o:(k + 1) * s + o + n], o0, e1)",
+      ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"]),
+    M("winograd: the input gradient's filters are not rotated", "numbacnn/backend/cpu_conv.py",
+      "launch(K.winograd_filters, u2, weight, True)",
+      "launch(K.winograd_filters, u2, weight.transpose(1, 0, 2, 3).copy(), False)",
+      ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"]),
+    M("winograd: the weight gradient's GEMMs overwrite the collected tiles", W,
+      "np.float32(0.0) if first else np.float32(1.0), duf", "np.float32(0.0), duf",
+      ["tests/test_kernels.py", "-k", "forward_backward_match"]),
+    M("winograd: the gradient tiles read the output one column left", W,
+      "col = OX + b  #", "col = OX + b - 1  #",
+      ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"]),
+    M("winograd: the output's odd columns come from the even slots", K + "conv2d_positions.py",
+      "return ox if half == 0 else (ox & 1) * half + (ox >> 1)", "return ox if half == 0 else ox >> 1",
+      ["tests/test_kernels.py", "-k", "winograd"]),
+    M("winograd: tile-row blocks chosen by the thread count", "numbacnn/backend/cpu_conv.py",
+      "        return max(1, WINOGRAD_TILES // tw)",
+      "        return max(1, WINOGRAD_TILES // tw // __import__('numba').get_num_threads())",
+      ["tests/test_network.py", "-k", "identical_for"]),
+    M("positions backward: a weight GEMM piece starts over instead of accumulating",
+      K + "conv2d_positions.py",
+      "np.float32(1.0) if g0 > 0 or k0 > 0 else zero", "np.float32(1.0) if g0 > 0 else zero",
+      ["tests/test_kernels.py", "-k", "forward_backward_match"]),
     M("dropout: Philox's second key constant", "numbacnn/kernels/cpu/dropout.py",
       "np.uint64(0xBB67AE85)", "np.uint64(0xBB67AE86)", ["tests/test_kernels.py", "-k", "philox"]),
     M("dropout: the masks ignore the offset of the process's values", "numbacnn/kernels/cpu/dropout.py",

@@ -167,6 +167,11 @@ STRATEGY_NETS = {
                  nc.MaxPool2D(2), nc.Flatten(), nc.Dense(32, 3)],
         [("conv", 1, 1), ("relu",), ("conv", 1, 0), ("relu",), ("maxpool", 2, 2, 0), ("flatten",),
          ("dense",)], (2, 6, 6)),
+    "winograd+fused pool, winograd with input gradient": (
+        lambda: [nc.Conv2D(2, 32, 3, padding=1), nc.ReLU(), nc.Conv2D(32, 32, 3, padding=1), nc.ReLU(),
+                 nc.MaxPool2D(2), nc.Conv2D(32, 33, 3, padding=2), nc.Flatten(), nc.Dense(33 * 25, 3)],
+        [("conv", 1, 1), ("relu",), ("conv", 1, 1), ("relu",), ("maxpool", 2, 2, 0), ("conv", 1, 2),
+         ("flatten",), ("dense",)], (2, 7, 6)),
     "gemm strided, positions strided, overlapping unfused pool": (
         lambda: [nc.Conv2D(2, 12, 3, stride=2), nc.ReLU(), nc.MaxPool2D(3, stride=1),
                  nc.Conv2D(12, 5, 3, stride=2, padding=1), nc.Flatten(), nc.Dense(20, 3)],
@@ -190,7 +195,7 @@ def test_strategy_nets_cover_every_path():
                 fused |= layer.fused_pool is not None
             if isinstance(layer, nc.Dense):
                 blocks |= layer.in_features > 64 and layer.out_features > 32  # >= 2 blocks each way
-    assert strategies == {"direct", "wide", "positions", "gemm"} and fused and blocks
+    assert strategies == {"direct", "wide", "positions", "gemm", "winograd"} and fused and blocks
 
 
 @pytest.mark.parametrize("ties", [False, True])

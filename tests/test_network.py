@@ -176,7 +176,11 @@ SPECS = {
                           (2, 17, 17)),
     "grouped GEMMs": ("conv(8,3,padding=1),relu,conv(32,3),relu,maxpool(2),conv(32,3,padding=1),"
                       "relu,dense(40)", (1, 10, 10)),
-    "row blocks": ("conv(64,3,padding=1),relu,dense(10)", (64, 7, 7)),  # 3 blocks of rows an example
+    "row blocks": ("conv(64,3,padding=1),relu,dense(10)", (16, 14, 14)),  # 3 blocks of rows an example
+    # Winograd: a fused pool over odd rows, tile-row blocks, weight GEMMs collected across a part's
+    # examples and flushed between them (96 x 96 channels: 97 tiles at most, 36 an example)
+    "winograd": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
+                 "dense(10)", (32, 25, 23)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
@@ -200,9 +204,9 @@ for name, (spec, shape) in SPECS.items():
 
 def test_results_identical_for_1_2_3_and_16_threads():
     """Gradient parts reduced in a fixed order: the thread count does not change any bit, for
-    every conv strategy (grouped backward GEMMs included), fused and unfused (overlapping, padded)
-    pools and Dense layers on grids of tiles. In a child with 16 numba threads, so that 3 and 16
-    run whatever the machine's core count."""
+    every conv strategy (grouped backward GEMMs and Winograd included), fused and unfused
+    (overlapping, padded) pools and Dense layers on grids of tiles. In a child with 16 numba
+    threads, so that 3 and 16 run whatever the machine's core count."""
     import os
     import subprocess
     import sys
@@ -215,7 +219,7 @@ def test_results_identical_for_1_2_3_and_16_threads():
     for line in r.stdout.splitlines():
         *name, threads, digest = line.split()
         hashes.setdefault(" ".join(name), {})[threads] = digest
-    assert len(hashes) == 6
+    assert len(hashes) == 7
     for name, by_threads in hashes.items():
         assert set(by_threads) == {"1", "2", "3", "16"}, name
         assert len(set(by_threads.values())) == 1, (name, by_threads)
