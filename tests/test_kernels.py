@@ -103,6 +103,8 @@ def _other_row_plan(layer, plan):
 
         assert WinogradPlan.fits(layer.geometry)
         layer._plan = WinogradPlan(layer.geometry)
+    if layer.strategy == "winograd":
+        layer.plan.always = True  # the Winograd kernels on every shape (small batches fall back)
     if plan == "swapped":
         from numbacnn.backend.cpu_conv import DirectPlan, WidePlan
 
@@ -498,6 +500,7 @@ def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, 
     net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.ReLU(), nc.MaxPool2D(pool)], seed=1)
     conv = net.layers[0]
     assert conv.strategy == "winograd" and conv.fused_pool
+    conv.plan.always = True
     x = f32(rng.standard_normal((3, 32, 12, 11)))
     x[0, 0, 4, 5] = bad
     x[2, 31, 0, 0] = -bad
@@ -648,3 +651,26 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
             assert kb == mb and cpu_conv.MIN_GEMM_ROWS <= kb < rows and kb * per_row <= limit
         else:
             assert (kb, mb) == (rows, rows)
+
+
+def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
+    """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and for
+    odd output sides, and its backward follows the forward that ran; both match the oracle."""
+    from numbacnn.backend.cpu_conv import WINOGRAD_MIN_TILES
+
+    layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
+    assert layer.strategy == "winograd"
+    for n, h, w, winograd in [(1, 8, 8, False), (WINOGRAD_MIN_TILES // 16, 8, 8, True),
+                              (WINOGRAD_MIN_TILES, 7, 8, False),
+                              (WINOGRAD_MIN_TILES // 16 - 1, 8, 8, False)]:
+        assert layer.plan.runs_winograd((n, 32, h, w)) == winograd
+        x = f32(rng.standard_normal((n, 32, h, w)))
+        y = layer.forward(x, training=True)
+        assert layer.plan.ran_winograd == winograd
+        expect = ref.conv2d_forward(x, layer.weight, layer.bias, 1, 1)
+        np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
+        dout = f32(rng.standard_normal(y.shape))
+        dx = layer.backward(dout)
+        rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, 1)
+        np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)

@@ -262,13 +262,35 @@ WINOGRAD_TILES = 64
 # The weight gradient's 16 GEMMs sum over up to WINOGRAD_DW_TILES tiles (fewer where Ci * Co * tiles
 # would pass the small-matrix limit), collected across a gradient part's examples.
 WINOGRAD_DW_TILES = 512
+# Batches of fewer tiles run "positions": at batch 1 the filters' transforms (8-38 us a layer) and
+# the per-block overheads outweighed the saved multiply-adds (modern's inference 0.73x at batch 1,
+# 1.23x at batch 8); odd output sides (mnistcnn's 11 x 11) gained 2-7 % in training and lost up
+# to 28 % in inference (docs/performance.md).
+WINOGRAD_MIN_TILES = 256
 
 
 class WinogradPlan(CpuConvPlan):
-    """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py)."""
+    """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py).
+
+    A call whose output has an odd side (a half-empty last tile) or whose batch has fewer than
+    WINOGRAD_MIN_TILES tiles runs the "positions" plan instead (``runs_winograd``; the backward
+    follows its forward); ``always = True`` (tests) runs Winograd on every shape."""
 
     name = "winograd"
     fuses_pool = True
+    always = False
+
+    def __init__(self, geometry: ConvGeometry) -> None:
+        super().__init__(geometry)
+        self.fallback = PositionsPlan(geometry)
+        self.ran_winograd = True
+
+    def runs_winograd(self, shape: tuple[int, ...]) -> bool:
+        """Whether a forward of this input shape runs Winograd (the shapes only)."""
+        n, _, h, w = shape
+        oh, ow = self.geometry.out_hw(h, w)
+        return self.always or (oh % 2 == 0 and ow % 2 == 0
+                               and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
 
     @staticmethod
     def fits(g: ConvGeometry) -> bool:
@@ -285,6 +307,9 @@ class WinogradPlan(CpuConvPlan):
         return max(1, WINOGRAD_TILES // tw)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+        self.ran_winograd = self.runs_winograd(x.shape)
+        if not self.ran_winograd:
+            return self.fallback.forward(ws, x, weight, bias, relu, pool)
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
@@ -295,9 +320,9 @@ class WinogradPlan(CpuConvPlan):
         blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
         tiles = -(-th // blocks) * tw  # the largest block's
         u = ws.buf("wino_u", (16, ci, co))
-        launch(K.winograd_filters, u, weight, False)
+        launch(K.winograd_filters, u, weight, False, ws.buf("wino_work", (18 * ci * co,)))
         skew = K.conv2d_winograd.SKEW
-        launch(K.conv2d_forward_winograd, y, argmax, ws.buf("yw", (self.slots, 4 * tiles * co)),
+        launch(K.conv2d_forward_winograd, y, argmax, ws.buf("wyw", (self.slots, 4 * tiles * co)),
                ws.buf("vw", (self.slots, 16 * (tiles * ci + skew))),
                ws.buf("mw", (self.slots, 16 * (tiles * co + skew))),
                ws.buf("sw", (self.slots, 8 * (tw + 1) * max(ci, co))),
@@ -309,6 +334,8 @@ class WinogradPlan(CpuConvPlan):
                  relu: bool, pool: Pair | None) -> Any:
         """As CpuConvPlan.backward, but the parts hold the weight gradient's transforms (Co, 16, Ci):
         they are added first and transformed once."""
+        if not self.ran_winograd:
+            return self.fallback.backward(ws, dy, weight, dweight, dbias, need_dx, relu, pool)
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
         x, argmax = ws["x"], ws["pool_argmax"]
@@ -323,13 +350,13 @@ class WinogradPlan(CpuConvPlan):
         rows = self.block_rows(max(tw, twx))
         cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
         u2 = ws.buf("wino_u2", (16, co, ci))
-        launch(K.winograd_filters, u2, weight, True)
+        launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)))
         skew = K.conv2d_winograd.SKEW
         block = 16 * (rows * twx * max(ci, co) + skew)
         zb = ws.buf("zb", (ci,))
         zb[:] = 0  # the input gradient's "bias" in the shared epilogue
         launch(K.conv2d_backward_winograd,
-               dx, du_parts, db_parts, ws.buf("gw", (self.slots, co * oh * ow)),
+               dx, du_parts, db_parts, ws.buf("wgw", (self.slots, co * oh * ow)),
                ws.buf("gpw", (self.slots, (2 * thx + 2) * (2 * twx + 2) * co)),
                ws.buf("bpw", (self.slots, (2 * th + 2) * (2 * tw + 2) * ci)),
                ws.buf("bvw", (self.slots, 16 * (cap * ci + skew))),
