@@ -22,4 +22,21 @@ clf = nc.CNNClassifier(architecture="conv(4,3,padding=same),relu,maxpool(2),dens
                        random_state=0).fit(X[:1000], y[:1000])
 score = clf.score(X[1000:], y[1000:])
 assert score > 0.5, score
-print(f"minimum versions: trainer test accuracy {acc:.3f}, estimator score {score:.3f}")
+# the Winograd plan (transforms, small GEMMs, its backward) against the position-major plan
+from numbacnn.backend.cpu_conv import PositionsPlan  # noqa: E402
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((3, 32, 7, 8)).astype(np.float32)
+out = {}
+for plan in ("winograd", "positions"):
+    conv = nc.Conv2D(32, 32, 3, padding=1).initialize(0)
+    assert conv.strategy == "winograd"
+    if plan == "positions":
+        conv._plan = PositionsPlan(conv.geometry)
+    else:
+        conv.plan.always = True
+    y = conv.forward(x, training=True)
+    out[plan] = (y.copy(), conv.backward(np.ones_like(y)).copy(), conv.dweight.copy())
+for a, b in zip(out["winograd"], out["positions"]):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-4)
+print(f"minimum versions: trainer test accuracy {acc:.3f}, estimator score {score:.3f}, Winograd agrees")
