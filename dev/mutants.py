@@ -212,8 +212,8 @@ MUTANTS = [
       ["tests/test_kernels.py", "-k", "fusion_matches_oracle or forward_backward_match"]),
     # Winograd F(2x2, 3x3) and the backward's GEMM pieces (session 19)
     M("winograd: the filter transform's middle row adds g1 twice", W,
-      "_half3(work[(12 + c) * M:(13 + c) * M], g0, g1, g2, 1)",
-      "_half3(work[(12 + c) * M:(13 + c) * M], g0, g1, g1, 1)",
+      "_half3(work[(12 + c) * M + j0:(12 + c) * M + j1], g0, g1, g2, 1)",
+      "_half3(work[(12 + c) * M + j0:(12 + c) * M + j1], g0, g1, g1, 1)",
       ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"]),
     M("winograd: the input transform's second column subtracts", W,
       "_add(vf[(k + 1) * s + o:(k + 1) * s + o + n], o0, e1)",

@@ -260,8 +260,9 @@ class GemmPlan(CpuConvPlan):
 # (tiles x C x Co) stay small enough for the BLAS's small-matrix kernels and their transforms in L2.
 WINOGRAD_TILES = 64
 # The weight gradient's 16 GEMMs sum over up to WINOGRAD_DW_TILES tiles (fewer where Ci * Co * tiles
-# would pass the small-matrix limit), collected across a gradient part's examples.
-WINOGRAD_DW_TILES = 512
+# would pass the small-matrix limit), collected across a gradient part's examples; 512 ran no faster
+# (batch 128: 16.1 / 16.0 ms for 32 -> 32 at 28 x 28) with twice the workspaces per thread.
+WINOGRAD_DW_TILES = 256
 # Batches of fewer tiles run "positions": at batch 1 the filters' transforms (8-38 us a layer) and
 # the per-block overheads outweighed the saved multiply-adds (modern's inference 0.73x at batch 1,
 # 1.23x at batch 8); odd output sides (mnistcnn's 11 x 11) gained 2-7 % in training and lost up
