@@ -9,7 +9,8 @@ with the transforms (all entries 0, +-1 or +-1/2, so they add nothing to the rou
 The sum over input channels is 16 GEMMs, one per element k of the 4x4 transformed tile:
     M[k] (tiles, Co) = V[k] (tiles, Ci) @ U[k] (Ci, Co)
 which take 16 * Ci * Co multiply-adds per 4 outputs instead of 36 * Ci * Co: 2.25x fewer. Inputs are
-laid out as transposed padded planes (rows, Wt, C), so each tile reads 16 contiguous runs of C floats.
+laid out as transposed padded planes (rows, Wt, C), each row's even columns before its odd ones, so
+that every transform is a few operations on whole runs of a tile row's tiles and channels.
 
 The backward uses the same pieces. The weight gradient is, per element k,
     dU[k] (Co, Ci) = sum over tiles of dM[k]^T (Co, tiles) @ V[k] (tiles, Ci),  dM = A dY A^T,
