@@ -263,11 +263,12 @@ WINOGRAD_TILES = 64
 # would pass the small-matrix limit), collected across a gradient part's examples; 512 ran no faster
 # (batch 128: 16.1 / 16.0 ms for 32 -> 32 at 28 x 28) with twice the workspaces per thread.
 WINOGRAD_DW_TILES = 256
-# Batches of fewer tiles run "positions": at batch 1 the filters' transforms (8-38 us a layer) and
-# the per-block overheads outweighed the saved multiply-adds (modern's inference 0.73x at batch 1,
-# 1.23x at batch 8); odd output sides (mnistcnn's 11 x 11) gained 2-7 % in training and lost up
-# to 28 % in inference (docs/performance.md).
-WINOGRAD_MIN_TILES = 256
+# Calls with fewer tiles run "positions": the filters' transforms (8-38 us a layer) and the
+# per-block overheads then outweigh the saved multiply-adds. Measured by inference, 2 threads, against
+# a threshold of 256: modern 1.13-1.26x faster at batches 1-4 (layers of 196 and 49 tiles an
+# example), resnet8 0.99-1.02x (its 64 -> 64 layer: 16 tiles an example). Odd output sides
+# (mnistcnn's 11 x 11) gained 2-7 % in training and lost up to 28 % in inference (docs/performance.md).
+WINOGRAD_MIN_TILES = 48
 
 
 class WinogradPlan(CpuConvPlan):
