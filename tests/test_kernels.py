@@ -655,7 +655,8 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
 
 def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and for
-    odd output sides, and its backward follows the forward that ran; both match the oracle."""
+    odd output sides (unless a fused pool reads only an even part), and its backward follows the
+    forward that ran; both match the oracle."""
     from numbacnn.backend.cpu_conv import WINOGRAD_MIN_TILES
 
     layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
@@ -664,6 +665,10 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
                               (WINOGRAD_MIN_TILES, 7, 8, False),
                               (WINOGRAD_MIN_TILES // 16 - 1, 8, 8, False)]:
         assert layer.plan.runs_winograd((n, 32, h, w)) == winograd
+        if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
+            tiles = (h // 2) * (w // 2)
+            assert layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles), 32, h, w), (2, 2))
+            assert not layer.plan.runs_winograd((WINOGRAD_MIN_TILES // tiles - 1, 32, h, w), (2, 2))
         x = f32(rng.standard_normal((n, 32, h, w)))
         y = layer.forward(x, training=True)
         assert layer.plan.ran_winograd == winograd

@@ -274,9 +274,11 @@ WINOGRAD_MIN_TILES = 48
 class WinogradPlan(CpuConvPlan):
     """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py).
 
-    A call whose output has an odd side (a half-empty last tile) or whose batch has fewer than
-    WINOGRAD_MIN_TILES tiles runs the "positions" plan instead (``runs_winograd``; the backward
-    follows its forward); ``always = True`` (tests) runs Winograd on every shape."""
+    With a fused pool only the outputs that the pool reads are computed (mnistcnn's 11 x 11 output
+    under a 2 x 2 pool: 5 x 5 tiles). A call whose computed output has an odd side (a half-empty
+    last tile) or whose batch has fewer than WINOGRAD_MIN_TILES tiles runs the "positions" plan
+    instead (``runs_winograd``; the backward follows its forward); ``always = True`` (tests) runs
+    Winograd on every shape."""
 
     name = "winograd"
     fuses_pool = True
@@ -287,12 +289,15 @@ class WinogradPlan(CpuConvPlan):
         self.fallback = PositionsPlan(geometry)
         self.ran_winograd = True
 
-    def runs_winograd(self, shape: tuple[int, ...]) -> bool:
-        """Whether a forward of this input shape runs Winograd (the shapes only)."""
+    def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None) -> bool:
+        """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
+        only)."""
         n, _, h, w = shape
         oh, ow = self.geometry.out_hw(h, w)
-        return self.always or (oh % 2 == 0 and ow % 2 == 0
-                               and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
+        if pool:  # the rows and columns that the pool reads
+            oh, ow = oh // pool[0] * pool[0], ow // pool[1] * pool[1]
+        even = oh % 2 == 0 and ow % 2 == 0
+        return self.always or (even and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
 
     @staticmethod
     def fits(g: ConvGeometry) -> bool:
@@ -300,8 +305,11 @@ class WinogradPlan(CpuConvPlan):
         return g.kernel == (3, 3) and g.stride == (1, 1) and all(0 <= p <= 2 for p in g.padding)
 
     @staticmethod
-    def tiles(h: int, w: int) -> tuple[int, int]:
-        """Tile rows and tiles per row that cover an h x w output."""
+    def tiles(h: int, w: int, pool: Pair | None = None) -> tuple[int, int]:
+        """Tile rows and tiles per row that cover an h x w output, or with a fused pool the rows
+        and columns it reads (as the kernels' winograd_tiles)."""
+        if pool:
+            h, w = h // pool[0] * pool[0], w // pool[1] * pool[1]
         return (h + 1) // 2, (w + 1) // 2
 
     def block_rows(self, tw: int) -> int:
@@ -309,7 +317,7 @@ class WinogradPlan(CpuConvPlan):
         return max(1, WINOGRAD_TILES // tw)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
-        self.ran_winograd = self.runs_winograd(x.shape)
+        self.ran_winograd = self.runs_winograd(x.shape, pool)
         if not self.ran_winograd:
             return self.fallback.forward(ws, x, weight, bias, relu, pool)
         ws["x"] = x
@@ -317,7 +325,7 @@ class WinogradPlan(CpuConvPlan):
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
         n, _, h, w = x.shape
-        th, tw = self.tiles(*g.out_hw(h, w))
+        th, tw = self.tiles(*g.out_hw(h, w), pool)
         blocks = max(-(-th // self.block_rows(tw)), -(-MIN_BLOCKS // n))
         blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
         tiles = -(-th // blocks) * tw  # the largest block's
@@ -347,8 +355,9 @@ class WinogradPlan(CpuConvPlan):
         du_parts = ws.buf("du_parts", (chunks, co * 16 * ci))
         db_parts = ws.buf("db_parts", (chunks, co))
         oh, ow = g.out_hw(h, w)
-        th, tw = self.tiles(oh, ow)
-        thx, twx = self.tiles(h, w)
+        th, tw = self.tiles(oh, ow, pool)
+        (ph, pw), ohk, owk = g.padding, min(oh, 2 * th), min(ow, 2 * tw)  # as the kernel's Hx, Wx:
+        thx, twx = self.tiles(min(h, ohk + 2 - ph), min(w, owk + 2 - pw))  # the rows dx gets
         rows = self.block_rows(max(tw, twx))
         cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
         u2 = ws.buf("wino_u2", (16, co, ci))

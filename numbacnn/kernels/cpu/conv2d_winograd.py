@@ -108,7 +108,7 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):
             src = x[c, i]
             d0 = (PH + i - R0) * Wt
-            for j in range(W):
+            for j in range(min(W, Wt - PW)):  # columns past the plane's are not read
                 col = PW + j
                 pf[numba.uint64((d0 + (col & 1) * Wh + (col >> 1)) * C + c)] = src[j]
 
@@ -264,6 +264,15 @@ def _weight_gemms(duf, mf, vf, Co, Ci, TB, KM, KV, first):
 
 
 @kernel(parallel=False)
+def winograd_tiles(OH, OW, PKH, PKW):
+    """Tile rows and tiles per row of the forward of an OH x OW output: they cover the output, or
+    with a fused PKH x PKW pool (PKH > 0) only the rows and columns that the pool reads."""
+    if PKH > 0:
+        OH, OW = OH // PKH * PKH, OW // PKW * PKW
+    return (OH + 1) // 2, (OW + 1) // 2
+
+
+@kernel(parallel=False)
 def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
     """Outputs (as _output_tiles lays them out) of tile rows T0 .. T0 + TR - 1 of the convolution of
     the padded plane pf (rows from R0, width Wt, C channels) with the transformed filters U
@@ -285,18 +294,18 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
 
     out: (N, Co, OH, OW), or pooled; argmax: pooled shape (int8), else (N, 1, 1, 1) unused;
     x: (N, Ci, H, W); U: the transformed filters (16, Ci, Co) (winograd_filters); b: (Co,).
-    Each example's TH = ceil(OH / 2) tile rows are split into S blocks (from the shapes only; S > 1
-    only without a pool or with PKH = 2, so that a block's epilogue rows are whole); the N * S
-    blocks run in parallel. Workspaces indexed by thread: yw (T, 4 * tiles * Co); vw (T, 16 *
-    (tiles * Ci + SKEW)); mw (T, 16 * (tiles * Co + SKEW)); pw (T, plane rows * Wt * Ci), tiles = a
-    block's tiles at most; sw (T, 8 * (TW + 1) * max(Ci, Co)).
+    With a fused pool only the OH // PKH * PKH rows and OW // PKW * PKW columns that the pool reads
+    are computed. Each example's TH tile rows (half those rows, rounded up) are split into S blocks
+    (from the shapes only; S > 1 only without a pool or with PKH = 2, so that a block's epilogue
+    rows are whole); the N * S blocks run in parallel. Workspaces indexed by thread: yw (T, 4 *
+    tiles * Co); vw (T, 16 * (tiles * Ci + SKEW)); mw (T, 16 * (tiles * Co + SKEW)); pw (T, plane
+    rows * Wt * Ci), tiles = a block's tiles at most; sw (T, 8 * (TW + 1) * max(Ci, Co)).
     """
     N, Ci, H, W = x.shape
     Co = U.shape[2]
     OH = H + 2 * PH - 2
     OW = W + 2 * PW - 2
-    TH = (OH + 1) // 2
-    TW = (OW + 1) // 2
+    TH, TW = winograd_tiles(OH, OW, PKH, PKW)
     Wt = 2 * TW + 2
     R = OH // PKH if PKH > 0 else OH  # rows of the epilogue's output
     for i in prange(N * S):  # each block writes its rows of out[n] and its thread's workspaces
@@ -328,7 +337,8 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     (part_bounds); part c writes du_parts[c], its weight gradient's transform dU (Co, 16, Ci)
     (sum_parts adds the parts, winograd_filter_gradient turns the sum into the filters'
     gradient), db_parts[c] and dx of its examples. With relu, dout is masked where y was not
-    positive; with a fused pool, dout and argmax are the pool's.
+    positive; with a fused pool, dout and argmax are the pool's (the weight gradient then sums
+    over the forward's tiles only: the outputs that the pool does not read have no gradient).
 
     U2: the rotated transformed filters (16, Co, Ci) (winograd_filters, rotate True); TR: tile
     rows per block; CAP: tiles per weight-gradient GEMM at most (at least TR * TW): a part's
@@ -344,8 +354,10 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     OH = H + 2 * PH - 2
     OW = W + 2 * PW - 2
     L = OH * OW
-    TH, TW = (OH + 1) // 2, (OW + 1) // 2  # the output's tiles
-    THx, TWx = (H + 1) // 2, (W + 1) // 2  # the input gradient's tiles
+    TH, TW = winograd_tiles(OH, OW, PKH, PKW)  # the output's tiles (the weight gradient's)
+    Hx = min(H, min(OH, 2 * TH) + 2 - PH)  # the input rows and columns that the tiles' outputs read:
+    Wx = min(W, min(OW, 2 * TW) + 2 - PW)  # the rest of dx is zero
+    THx, TWx = (Hx + 1) // 2, (Wx + 1) // 2  # the input gradient's tiles
     Wt = 2 * TW + 2
     Hg, Wg = 2 * THx + 2, 2 * TWx + 2  # the gradient plane, padded by (2 - PH, 2 - PW)
     P = du_parts.shape[0]
@@ -383,7 +395,10 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
                     R = min(TR, THx - t0)
                     yf = yw[t].reshape(yw.shape[1])[:4 * R * TWx * Ci]
                     _winograd_rows(yf, vx, mx, sw[t], gp, Wg, U2, t0, R, TWx, 0)
-                    r1 = min(2 * (t0 + R), H)
-                    _epilogue_positions(dx[n][:, 2 * t0:r1], argmax[n][:, :0], yf, zb, 2 * TWx, False,
-                                        0, 0, TWx, mx)
+                    r1 = min(2 * (t0 + R), Hx)
+                    _epilogue_positions(dx[n][:, 2 * t0:r1, :Wx], argmax[n][:, :0], yf, zb, 2 * TWx,
+                                        False, 0, 0, TWx, mx)
+                if Hx < H or Wx < W:
+                    dx[n][:, Hx:] = np.float32(0.0)
+                    dx[n][:, :Hx, Wx:] = np.float32(0.0)
         _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
