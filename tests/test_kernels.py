@@ -140,6 +140,8 @@ DIRECT_CASES = [  # the direct kernels' taps (5, 3, 1 per pass) and channel pair
     (2, 1, 9, 16, 3, (2, 11), 1, (0, 3)),  # 5 + 5 + 1
     (4, 7, 6, 6, 3, 3, 1, 0),  # 63 floats per filter: the longest direct one
     (70, 1, 6, 9, 3, (2, 5), 1, 0),  # odd channels, parts of 2 examples (accumulated)
+    (2, 1, 10, 11, 6, 3, 1, 1),  # 3x3: a quad of channels (9 taps a pass) and a pair, padded
+    (3, 3, 9, 10, 9, 3, 1, 0),  # 3x3: two quads summed over 3 input channels, an odd last channel
 ]
 
 

