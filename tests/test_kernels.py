@@ -663,14 +663,15 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
 
     layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
     assert layer.strategy == "winograd"
-    for n, h, w, winograd in [(1, 8, 8, False), (WINOGRAD_MIN_TILES // 16, 8, 8, True),
-                              (WINOGRAD_MIN_TILES, 7, 8, False),
-                              (WINOGRAD_MIN_TILES // 16 - 1, 8, 8, False)]:
+    enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
+    assert enough > 1
+    for n, h, w, winograd in [(1, 4, 4, False), (enough, 4, 4, True), (enough - 1, 4, 4, False),
+                              (WINOGRAD_MIN_TILES, 7, 8, False)]:
         assert layer.plan.runs_winograd((n, 32, h, w)) == winograd
         if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
             tiles = (h // 2) * (w // 2)
             assert layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles), 32, h, w), (2, 2))
-            assert not layer.plan.runs_winograd((WINOGRAD_MIN_TILES // tiles - 1, 32, h, w), (2, 2))
+            assert not layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles) - 1, 32, h, w), (2, 2))
         x = f32(rng.standard_normal((n, 32, h, w)))
         y = layer.forward(x, training=True)
         assert layer.plan.ran_winograd == winograd

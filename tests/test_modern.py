@@ -235,7 +235,7 @@ def test_estimator_takes_the_recipe_and_keeps_the_best_weights_with_their_statis
     kw = dict(architecture="conv(8,3,padding=same),bn,relu,res(conv(8,3,padding=same),bn),gap",
               input_shape=(1, 8, 8), max_epochs=4, random_state=0, early_stopping=True,
               validation_fraction=0.2, n_iter_no_change=10)
-    plain = nc.CNNClassifier(**kw, learning_rate=0.03).fit(X[:300], y[:300])
+    plain = nc.CNNClassifier(**kw, learning_rate=0.1).fit(X[:300], y[:300])  # best epoch: 3rd of 4
     recipe = nc.CNNClassifier(**kw, learning_rate=0.03, augment="shift:1", label_smoothing=0.1,
                               lr_schedule="onecycle", optimizer="adamw").fit(X[:300], y[:300])
     assert plain.loss_curve_ != recipe.loss_curve_

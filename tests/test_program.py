@@ -211,3 +211,38 @@ def test_a_forward_cut_between_a_convolution_and_its_batchnorm_is_not_folded(rng
         want = net.through(x.copy(), False, upto=upto).copy()  # the layers' own forward
         np.testing.assert_allclose(net.forward(x, upto=upto), want, rtol=1e-5, atol=1e-5)
     assert [key[1] for key in net._programs] == [-1]  # only the cut that keeps the folds replays
+
+
+def test_packed_weights_follow_every_change_of_the_weights():
+    """The transposed ("positions") and Winograd-transformed filters are packed once and reused
+    while the weights' bits stay the same (kernels/cpu/_util.unchanged): after in-place writes
+    through a layer's arrays or the flat parameter buffer, load_state_dict and a BatchNorm whose
+    statistics change (the folded weights), predictions equal those of a fresh network built from
+    the same state (its own packing), at a Winograd batch and at a "positions" one."""
+    arch = ("conv(32,3,padding=same),relu,conv(32,3,padding=same),bn,relu,maxpool(2),"
+            "conv(16,5,padding=same),relu,gap")
+    net = nc.build_network(arch, (1, 8, 8), 4, seed=0)
+    convs = [layer for layer in net.layers if isinstance(layer, nc.Conv2D)]
+    assert [conv.strategy for conv in convs[1:]] == ["winograd", "positions"]
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((n, 1, 8, 8)).astype(np.float32) for n in (16, 1)]
+    bn = net.layers[3]
+
+    def check(what):
+        fresh = nc.build_network(arch, (1, 8, 8), 4, seed=1)
+        fresh.load_state_dict(net.state_dict())
+        for x in xs:
+            np.testing.assert_array_equal(net.forward(x), fresh.forward(x), err_msg=what)
+
+    check("first calls")
+    check("unchanged weights: packed layouts reused")
+    convs[1].weight[3, 5, 1, 1] += np.float32(0.5)
+    check("one weight of the Winograd layer written in place")
+    convs[2].weight[0, 0, 2, 2] = -convs[2].weight[1, 0, 0, 0]
+    check("one weight of the positions layer written in place")
+    net.params[:] *= np.float32(0.75)
+    check("the flat parameter buffer scaled")
+    bn.running_var[:] *= np.float32(2.0)
+    check("BatchNorm statistics (the folded weights) changed")
+    net.load_state_dict({k: v[::-1].copy() if v.ndim == 4 else v for k, v in net.state_dict().items()})
+    check("load_state_dict")

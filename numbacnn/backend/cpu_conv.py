@@ -23,6 +23,21 @@ from .base import ConvGeometry, ConvPlan, Pair, Workspace
 from .calls import launch
 
 
+def packed_from(ws: Workspace, key: str, weight: np.ndarray) -> np.ndarray:
+    """The record of the weights that a packed layout of them (a transpose, Winograd's transforms)
+    was last made from (kernels/cpu/_util.unchanged): int32, weight.size + 1, created empty (last
+    element 0), so that the packing kernels repack only when the weights' bits change: inference
+    packs once, however many calls follow, and a training step, which changes them, every time."""
+    seen = ws.get(key)
+    if seen is None or seen.shape != (weight.size + 1,):
+        seen = ws.buf(key, (weight.size + 1,), np.int32)
+        seen[-1] = 0
+    return seen
+
+
+_ALWAYS = np.zeros(0, np.int32)  # no record: the kernel packs on every call
+
+
 class CpuConvPlan(ConvPlan):
     """Base of the CPU plans: ``forward`` stores x; ``backward`` makes the gradient parts and
     reduces them after ``_backward``."""
@@ -161,7 +176,7 @@ class PositionsPlan(CpuConvPlan):
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         wt = ws.buf("wt", (kh, kw, ci, co))
-        launch(K.copy_strided, wt, weight.transpose(2, 3, 1, 0))
+        launch(K.position_filters, wt, weight, packed_from(ws, "wt_from", weight))
         launch(K.conv2d_forward_positions,
                y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
                ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
@@ -263,12 +278,12 @@ WINOGRAD_TILES = 64
 # would pass the small-matrix limit), collected across a gradient part's examples; 512 ran no faster
 # (batch 128: 16.1 / 16.0 ms for 32 -> 32 at 28 x 28) with twice the workspaces per thread.
 WINOGRAD_DW_TILES = 256
-# Calls with fewer tiles run "positions": the filters' transforms (8-38 us a layer) and the
-# per-block overheads then outweigh the saved multiply-adds. Measured by inference, 2 threads, against
-# a threshold of 256: modern 1.13-1.26x faster at batches 1-4 (layers of 196 and 49 tiles an
-# example), resnet8 0.99-1.02x (its 64 -> 64 layer: 16 tiles an example). Odd output sides
-# (mnistcnn's 11 x 11) gained 2-7 % in training and lost up to 28 % in inference (docs/performance.md).
-WINOGRAD_MIN_TILES = 48
+# Calls with fewer tiles run "positions": the per-block overheads then outweigh the saved
+# multiply-adds. Once the filters' transforms were packed once for inference (packed_from), 25 tiles
+# paid (mnistcnn at batch 1, 2 threads: inference 1.18x, training 1.04x) and 16 broke even (resnet8's
+# 64 -> 64 layer at batch 1: 0.99x); before, with a transform every call, 48 was the best threshold
+# (docs/performance.md).
+WINOGRAD_MIN_TILES = 24
 
 
 class WinogradPlan(CpuConvPlan):
@@ -330,7 +345,8 @@ class WinogradPlan(CpuConvPlan):
         blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
         tiles = -(-th // blocks) * tw  # the largest block's
         u = ws.buf("wino_u", (16, ci, co))
-        launch(K.winograd_filters, u, weight, False, ws.buf("wino_work", (18 * ci * co,)))
+        launch(K.winograd_filters, u, weight, False, ws.buf("wino_work", (18 * ci * co,)),
+               packed_from(ws, "wino_u_from", weight))
         skew = K.conv2d_winograd.SKEW
         launch(K.conv2d_forward_winograd, y, argmax, ws.buf("wyw", (self.slots, 4 * tiles * co)),
                ws.buf("vw", (self.slots, 16 * (tiles * ci + skew))),
@@ -361,7 +377,7 @@ class WinogradPlan(CpuConvPlan):
         rows = self.block_rows(max(tw, twx))
         cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
         u2 = ws.buf("wino_u2", (16, co, ci))
-        launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)))
+        launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)), _ALWAYS)
         skew = K.conv2d_winograd.SKEW
         block = 16 * (rows * twx * max(ci, co) + skew)
         zb = ws.buf("zb", (ci,))

@@ -10,7 +10,7 @@ from .activations import (
 from .batch import copy_strided, gather_augment, gather_batch, step_stats
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
-from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions
+from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions, position_filters
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .conv2d_winograd import (
                           conv2d_backward_winograd,
@@ -39,6 +39,7 @@ __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
+    "position_filters",
     "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",

@@ -1,5 +1,5 @@
-"""Small shared CPU kernels: gradient-part bounds, bias-gradient row sums and the fixed-order reduction
-of the gradient parts."""
+"""Small shared CPU kernels: gradient-part bounds, bias-gradient row sums, the fixed-order reduction
+of the gradient parts, and the record of the weights that a layout of them was made from."""
 import numpy as np
 from numba import prange
 
@@ -89,3 +89,23 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
                 for b in range(B):
                     for c in range(C):
                         dw[d0 + b * s2 + c * s3] = acc[r0 + b * C + c]
+
+
+@kernel(parallel=False)
+def unchanged(seen, w):
+    """Whether the bits of w (contiguous, any shape) are those that ``seen`` recorded; if not,
+    records them. seen: int32, w.size + 1: the bits and, last, 1 once it holds a record (0 or
+    anything else: nothing recorded yet). Lets a kernel skip re-packing weights (a transpose,
+    Winograd's filter transforms) that have not changed since it last packed them: compared bit
+    for bit, so any write to the weights, a NaN or a signed zero included, repacks."""
+    n = w.size
+    bits = w.reshape(n).view(np.int32)
+    diff = np.int32(0)
+    for i in range(n):  # no early exit: an OR reduction vectorises
+        diff |= seen[i] ^ bits[i]
+    if seen[n] == 1 and diff == 0:
+        return True
+    for i in range(n):
+        seen[i] = bits[i]
+    seen[n] = 1
+    return False

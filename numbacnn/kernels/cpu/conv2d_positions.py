@@ -23,8 +23,23 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, conv_out, part_bounds
+from ._util import add_row_sums, conv_out, part_bounds, unchanged
 from .blas import sgemm
+
+
+@kernel(parallel=False)
+def position_filters(wt, w, seen):
+    """wt (KH, KW, Ci, Co) = w (Co, Ci, KH, KW) transposed: the forward's GEMM operand, unless
+    ``seen`` (_util.unchanged) records that wt was made from these very weights. Serial: a parallel
+    region costs more than the copy."""
+    if unchanged(seen, w):
+        return
+    Co, Ci, KH, KW = w.shape
+    for co in range(Co):
+        for ci in range(Ci):
+            for ky in range(KH):
+                for kx in range(KW):
+                    wt[ky, kx, ci, co] = w[co, ci, ky, kx]
 
 
 @kernel(parallel=False)

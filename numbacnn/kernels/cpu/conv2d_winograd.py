@@ -24,7 +24,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows
-from ._util import add_row_sums, part_bounds
+from ._util import add_row_sums, part_bounds, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions
 
@@ -47,8 +47,10 @@ def _half3(d, a, b, c, sign):
 
 
 @kernel(parallel=False)
-def winograd_filters(U, w, rotate, work):
-    """The filters' transforms: U[k] = G g G^T for every 3x3 filter g of w (Co, Ci, 3, 3).
+def winograd_filters(U, w, rotate, work, seen):
+    """The filters' transforms: U[k] = G g G^T for every 3x3 filter g of w (Co, Ci, 3, 3), unless
+    ``seen`` (int32, w.size + 1; or empty: always) records that U was made from these very weights
+    (_util.unchanged): inference then transforms once, not on every call.
 
     rotate False (forward): U (16, Ci, Co) from g = w[co, ci].
     rotate True (input gradient): U (16, Co, Ci) from g = w[co, ci] rotated by 180 degrees.
@@ -56,6 +58,8 @@ def winograd_filters(U, w, rotate, work):
     both halves of the transform are whole-row operations (one filter at a time ran scalar:
     80-220 us per call for 32-64 channels).
     """
+    if seen.shape[0] > 0 and unchanged(seen, w):
+        return
     Co, Ci = w.shape[0], w.shape[1]
     M = Ci * Co
     wf = w.reshape(Co, Ci * 9)
