@@ -131,7 +131,7 @@ class Sequential:
     def _check_x(self, x: np.ndarray) -> np.ndarray:
         if not isinstance(x, np.ndarray):
             raise ValueError(f"input must be a numpy array, got {type(x).__name__}")
-        if not np.issubdtype(x.dtype, np.floating):
+        if x.dtype.kind != "f":  # (np.issubdtype costs half a microsecond, a batch-1 call ~20)
             raise ValueError(f"input must be a floating-point array (float32), got dtype {x.dtype}")
         if x.ndim < 2 or x.shape[0] == 0:
             raise ValueError(f"input must be a non-empty batch (N, ...), got shape {x.shape}")
