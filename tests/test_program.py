@@ -246,3 +246,31 @@ def test_packed_weights_follow_every_change_of_the_weights():
     check("BatchNorm statistics (the folded weights) changed")
     net.load_state_dict({k: v[::-1].copy() if v.ndim == 4 else v for k, v in net.state_dict().items()})
     check("load_state_dict")
+
+
+@pytest.mark.parametrize("arch", ARCHS + ["dense(12),relu", "flatten"])
+def test_replays_read_the_input_where_it_lies_and_never_write_it(arch):
+    """A replayed inference reads a contiguous float32 input in place (the calls that read the
+    recording buffer, or a view of it such as a Flatten's, get the caller's array): the same bits
+    as the layers' forward on a copy, the input untouched; read-only and strided inputs are
+    copied first, and a program whose output is a view of its input (a lone Flatten) copies."""
+    net = nc.build_network(arch, (1, 12, 12), 5, seed=1)
+    rng = np.random.default_rng(3)
+    x = rng.random((6, 1, 12, 12), dtype=np.float32)
+    net.forward(x)  # recorded
+    for xs in (rng.random((6, 1, 12, 12), dtype=np.float32), x * np.float32(2)):
+        before = xs.copy()
+        expect = net.through(xs.copy(), False, inference=True).copy()
+        np.testing.assert_array_equal(net.forward(xs), expect)
+        np.testing.assert_array_equal(xs, before)  # never written
+        frozen = xs.copy()
+        frozen.flags.writeable = False
+        np.testing.assert_array_equal(net.forward(frozen), expect)
+        wide = np.zeros((6, 1, 12, 24), np.float32)
+        wide[..., ::2] = xs
+        np.testing.assert_array_equal(net.forward(wide[..., ::2]), expect)
+    assert any(net._inference(x.shape, None)._reads)  # some call reads the input in place
+    features = nc.build_network("flatten", (1, 12, 12), 3, seed=0)
+    for xs in (x, x + np.float32(1)):  # layers[:-1] is the Flatten: its output views the input
+        np.testing.assert_array_equal(features.forward(xs, upto=-1), xs.reshape(6, -1))
+    assert features._inference(x.shape, -1)._reads is None
