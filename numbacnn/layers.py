@@ -293,14 +293,16 @@ class Conv2D(Layer):
         _, oh, ow = self.output_shape(in_shape)
         return self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1] * oh * ow
 
-    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+    def forward(self, x: np.ndarray, training: bool = False, backward: bool = True) -> np.ndarray:
+        """``backward=False`` (``infer``): no backward follows (the fused pool's argmax may be left
+        unwritten)."""
         out_shape = self._check_input(x)
         pool = self.fused_pool
         if pool and (out_shape[2] < pool[0] or out_shape[3] < pool[1]):
             raise ValueError(f"{self._label()}: output {out_shape[2]}x{out_shape[3]} is smaller than "
                              f"the following max pool's window {pool[0]}x{pool[1]}")
         return self.plan.forward(self._buffers, self.backend.asarray(x), self.weight, self.bias,
-                                 self.fused_relu, pool)
+                                 self.fused_relu, pool, backward)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
@@ -313,14 +315,14 @@ class Conv2D(Layer):
         its ReLU and a following max pool applied in this convolution's epilogue."""
         bn = self.infer_bn
         if bn is None:
-            return self.forward(x, training=False)
+            return self.forward(x, training=False, backward=False)
         self._check_input(x)
         co = self.out_channels
         wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
         self.backend.batchnorm_fold(wf.reshape(co, -1), bf, self.weight.reshape(co, -1), self.bias,
                                     bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
         return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fused_relu,
-                                 self.infer_pool)
+                                 self.infer_pool, backward=False)
 
     def get_config(self) -> dict[str, Any]:
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,

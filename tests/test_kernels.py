@@ -462,6 +462,8 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)
+    # inference (no backward follows: the wide epilogue keeps no argmax) gives the same values
+    np.testing.assert_array_equal(net.forward(x), y)
 
 
 @pytest.mark.parametrize("Ci,K,P,pool,stride", [(1, 3, 0, 2, 1), (2, 3, 1, 3, 1), (12, 3, 0, 2, 1),

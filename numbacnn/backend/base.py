@@ -83,8 +83,10 @@ class ConvPlan:
         self.geometry = geometry
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool,
-                pool: Pair | None) -> Any:
-        """y (N, Co, OH, OW), or pooled (N, Co, OH // PKH, OW // PKW)."""
+                pool: Pair | None, backward: bool = True) -> Any:
+        """y (N, Co, OH, OW), or pooled (N, Co, OH // PKH, OW // PKW). ``backward=False``
+        (inference): no backward follows, so a plan may skip what only the backward reads (the
+        fused pool's argmax)."""
         raise NotImplementedError
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,

@@ -124,7 +124,8 @@ class WidePlan(CpuConvPlan):
         ph, pw = self.geometry.padding
         return (self.slots, self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (self.slots, 1, 1, 1)
 
-    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True) -> Any:
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         hp, wp, L = self._geometry(x)
@@ -132,7 +133,7 @@ class WidePlan(CpuConvPlan):
         launch(K.conv2d_forward_wide, y, argmax, ws.buf("yw", (self.slots, g.out_channels + 1, L)),
                ws.buf("cols", self._cols_shape(L)), ws.buf("xpad", self._pad_shape(hp, wp)),
                x, weight, bias, *g.padding, relu, *(pool or (0, 0)), self.direct,
-               wide_blocks(g, x.shape))
+               wide_blocks(g, x.shape), backward)
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
@@ -169,7 +170,8 @@ class PositionsPlan(CpuConvPlan):
         ph, pw = self.geometry.padding
         return self.slots, (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
 
-    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True) -> Any:
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
@@ -254,7 +256,8 @@ class GemmPlan(CpuConvPlan):
     name = "gemm"
     fuses_pool = False
 
-    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True) -> Any:
         ws["x"] = x
         y, _ = self.outputs(ws, x, None)
         g = self.geometry
@@ -331,10 +334,11 @@ class WinogradPlan(CpuConvPlan):
         """Tile rows per block for rows of tw tiles (the shapes only, never the thread count)."""
         return max(1, WINOGRAD_TILES // tw)
 
-    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True) -> Any:
         self.ran_winograd = self.runs_winograd(x.shape, pool)
         if not self.ran_winograd:
-            return self.fallback.forward(ws, x, weight, bias, relu, pool)
+            return self.fallback.forward(ws, x, weight, bias, relu, pool, backward)
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry

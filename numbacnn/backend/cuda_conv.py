@@ -13,7 +13,8 @@ class GatherPlan(ConvPlan):
     name = "gather"
     fuses_pool = False
 
-    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None) -> Any:
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True) -> Any:
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
         ws["x"] = x  # the backward reads the input directly (no im2col cache)
