@@ -143,8 +143,8 @@ class InferenceProgram:
     ``run`` returns the last layer's buffer (overwritten by the next run). It records on a copy of
     its input in the program's own buffer; replays read a C-contiguous, writable float32 input
     where it lies (the calls that read the recording buffer, or views of it, get the caller's
-    array or the same views of it: copying a batch of 256 MNIST images cost ~50 us), others
-    are copied first."""
+    array or the same views of it: the copy of a batch of 64 MNIST images, 200 KB, was 9 % of
+    lenet5's prediction); other inputs are copied first."""
 
     def __init__(self, net: Any, shape: tuple[int, ...], upto: int | None = None) -> None:
         self.net = net
