@@ -311,9 +311,7 @@ class WinogradPlan(CpuConvPlan):
         """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
         only)."""
         n, _, h, w = shape
-        oh, ow = self.geometry.out_hw(h, w)
-        if pool:  # the rows and columns that the pool reads
-            oh, ow = oh // pool[0] * pool[0], ow // pool[1] * pool[1]
+        oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
         even = oh % 2 == 0 and ow % 2 == 0
         return self.always or (even and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
 
@@ -323,11 +321,16 @@ class WinogradPlan(CpuConvPlan):
         return g.kernel == (3, 3) and g.stride == (1, 1) and all(0 <= p <= 2 for p in g.padding)
 
     @staticmethod
-    def tiles(h: int, w: int, pool: Pair | None = None) -> tuple[int, int]:
-        """Tile rows and tiles per row that cover an h x w output, or with a fused pool the rows
-        and columns it reads (as the kernels' winograd_tiles)."""
-        if pool:
-            h, w = h // pool[0] * pool[0], w // pool[1] * pool[1]
+    def computed(h: int, w: int, pool: Pair | None) -> tuple[int, int]:
+        """The part of an h x w output that is computed: all of it, or with a fused pool the rows
+        and columns the pool reads."""
+        return (h // pool[0] * pool[0], w // pool[1] * pool[1]) if pool else (h, w)
+
+    @classmethod
+    def tiles(cls, h: int, w: int, pool: Pair | None = None) -> tuple[int, int]:
+        """Tile rows and tiles per row that cover the computed part of an h x w output (as the
+        kernels' winograd_tiles)."""
+        h, w = cls.computed(h, w, pool)
         return (h + 1) // 2, (w + 1) // 2
 
     def block_rows(self, tw: int) -> int:

@@ -125,8 +125,7 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW, argmax_too):
     argmax, the argmax as the window offset (_conv_epilogue.marked), with maxpool2d_forward's
     tie and NaN rules. Channels holding a NaN or
     an infinity take pool_scan; the others the 2x2 selects (plain comparisons are exact there),
-    or without argmax_too (inference) the maxima alone: the same values in half the time (the
-    bias and ReLU commute with the maximum)."""
+    or without argmax_too (inference) the maxima alone: the same values in half the time."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     for co in range(Co):
