@@ -599,6 +599,26 @@ def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
     assert stats[1] == 0
 
 
+def test_run_copies_and_adds_touch_exactly_their_runs(rng):
+    """copy_run and add_run (im2col's and col2im's runs, 16 floats per vector move) against numpy,
+    for runs shorter than, equal to and between multiples of 16, at odd offsets: the run's values
+    (the sums as float32 adds one at a time), nothing outside it changed."""
+    from numbacnn.kernels.cpu._util import add_run, copy_run
+    src = f32(rng.standard_normal(100))
+    for n in (0, 1, 5, 15, 16, 17, 30, 32, 33, 47, 64):
+        for si, di in ((0, 0), (3, 7), (100 - n, 1)):
+            d = f32(rng.standard_normal(90))
+            want = d.copy()
+            want[di:di + n] = src[si:si + n]
+            copy_run(d, np.uint64(di), src, np.uint64(si), np.uint64(n))
+            np.testing.assert_array_equal(d, want)
+            d = f32(rng.standard_normal(90))
+            want = d.copy()
+            want[di:di + n] += src[si:si + n]
+            add_run(d, np.uint64(di), src, np.uint64(si), np.uint64(n))
+            np.testing.assert_array_equal(d, want)
+
+
 @pytest.mark.parametrize("shape", [(5, 3, 2, 3), (7, 41, 2, 3)])  # one block of rows; several
 @pytest.mark.parametrize("axes", [(0, 1, 2, 3), (0, 2, 3, 1)])
 @pytest.mark.parametrize("parts", [1, 2, 7])

@@ -1,7 +1,12 @@
 """Small shared CPU kernels: gradient-part bounds, bias-gradient row sums, the fixed-order reduction
-of the gradient parts, and the record of the weights that a layout of them was made from."""
+of the gradient parts, the record of the weights that a layout of them was made from, and short
+copies in vector moves."""
+import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ..._config import kernel
 
@@ -109,3 +114,69 @@ def unchanged(seen, w):
         seen[i] = bits[i]
     seen[n] = 1
     return False
+
+
+@intrinsic
+def _move16(typingctx, d, di, s, si):
+    """d[di:di + 16] = s[si:si + 16] as one 64-byte memcpy, which LLVM expands into one or two
+    vector moves. No bounds checks: the caller keeps both ranges inside their arrays."""
+    sig = types.void(d, di, s, si)
+
+    def codegen(context, builder, signature, args):
+        dst = context.make_array(signature.args[0])(context, builder, args[0])
+        src = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(dst.data, [args[1]]), builder.gep(src.data, [args[3]]),
+                           context.get_constant(types.intp, 16), 4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@kernel(parallel=False)
+def copy_run(d, di, s, si, n):
+    """d[di:di + n] = s[si:si + n] for float32 arrays d and s (not overlapping; offsets and n
+    unsigned). LLVM vectorises a loop over 30 floats not at all (its vector loop takes 64 at a time),
+    and cannot move straight-line copies between arrays that may overlap as vectors: runs of 16 go
+    as memcpy's, which by definition do not overlap, and the last partial one overlaps the one
+    before (the same values twice), so nothing outside the run is touched."""
+    sixteen = numba.uint64(16)
+    if n < sixteen:
+        for i in range(n):
+            d[di + i] = s[si + i]
+        return
+    o = numba.uint64(0)
+    while o + sixteen <= n:
+        _move16(d, di + o, s, si + o)
+        o += sixteen
+    if o < n:
+        _move16(d, di + n - sixteen, s, si + n - sixteen)
+
+
+@intrinsic
+def _add16(typingctx, d, di, s, si):
+    """d[di:di + 16] += s[si:si + 16] as vector loads, one vector add and a vector store (the same
+    float32 sums as one at a time). No bounds checks: the caller keeps both ranges inside their
+    arrays."""
+    sig = types.void(d, di, s, si)
+
+    def codegen(context, builder, signature, args):
+        vec = ir.VectorType(ir.FloatType(), 16).as_pointer()
+        dst = context.make_array(signature.args[0])(context, builder, args[0])
+        src = context.make_array(signature.args[2])(context, builder, args[2])
+        dp = builder.bitcast(builder.gep(dst.data, [args[1]]), vec)
+        sp = builder.bitcast(builder.gep(src.data, [args[3]]), vec)
+        builder.store(builder.fadd(builder.load(dp, align=4), builder.load(sp, align=4)), dp, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@kernel(parallel=False)
+def add_run(d, di, s, si, n):
+    """d[di:di + n] += s[si:si + n] for float32 arrays d and s (not overlapping; offsets and n
+    unsigned): 16 at a time (_add16), the rest one by one."""
+    sixteen = numba.uint64(16)
+    o = numba.uint64(0)
+    while o + sixteen <= n:
+        _add16(d, di + o, s, si + o)
+        o += sixteen
+    for i in range(o, n):
+        d[di + i] += s[si + i]

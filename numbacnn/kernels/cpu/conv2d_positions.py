@@ -23,7 +23,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, conv_out, part_bounds, unchanged
+from ._util import add_row_sums, add_run, conv_out, copy_run, part_bounds, unchanged
 from .blas import sgemm
 
 
@@ -68,7 +68,9 @@ def _position_runs(cf, xtf, Wp, OY0, OY1, OW, KH, C, ckk, SH, SW, adjoint):
     read KW consecutive positions of the transposed plane xtf (Hp * Wp, C): each (position, ky) is
     one contiguous run of KW * C floats. The offsets are unsigned: with signed computed indices numba
     must handle negative ones (wraparound), which kept these loops from vectorising (4-5x slower);
-    unsigned indices were also 10 % faster than slicing every run (LeNet's 6 -> 16 layer)."""
+    unsigned indices were also 10 % faster than slicing every run (LeNet's 6 -> 16 layer). The runs
+    move 16 floats at a time (copy_run, add_run): a loop over a run of 30 ran scalar (LeNet's
+    im2col: 3.15 -> 1.96 us per example, one thread)."""
     run = numba.uint64(ckk // KH)
     for oy in range(OY1 - OY0):
         for ox in range(OW):
@@ -77,11 +79,9 @@ def _position_runs(cf, xtf, Wp, OY0, OY1, OW, KH, C, ckk, SH, SW, adjoint):
                 x0 = numba.uint64(((oy * SH + ky) * Wp + ox * SW) * C)
                 c1 = c0 + numba.uint64(ky) * run
                 if adjoint:
-                    for i in range(run):
-                        xtf[x0 + i] += cf[c1 + i]
+                    add_run(xtf, x0, cf, c1, run)
                 else:
-                    for i in range(run):
-                        cf[c1 + i] = xtf[x0 + i]
+                    copy_run(cf, c1, xtf, x0, run)
 
 
 @kernel(parallel=False)
