@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any
 
 import numba
 
@@ -63,12 +64,17 @@ NO_CACHE_WARNING = (
     "(20-40 s for a whole training step); set NUMBA_CACHE_DIR to a writable directory to cache them")
 
 
-def kernel(parallel: bool = True, fastmath: bool = True):
+def kernel(parallel: bool = True, fastmath: bool = True, inline: bool = False):
     """Decorator for CPU kernels: ``njit`` with the project's cache/parallel/fastmath flags,
     compiled at KERNEL_OPT, loaded from the prebuilt kernels shipped with the package when they
     match (``prebuilt.py``). Where numba finds no writable cache directory (a read-only install
-    without NUMBA_CACHE_DIR), what is not prebuilt compiles in memory, after one warning."""
-    flags = dict(parallel=parallel, nogil=True, fastmath=set(FASTMATH) if fastmath else False)
+    without NUMBA_CACHE_DIR), what is not prebuilt compiles in memory, after one warning.
+    ``inline``: numba inlines the function into its callers' code (a helper called per channel,
+    with ten array arguments, cost more than its work)."""
+    flags: dict[str, Any] = dict(parallel=parallel, nogil=True,
+                                 fastmath=set(FASTMATH) if fastmath else False)
+    if inline:
+        flags["inline"] = "always"
 
     def decorate(func):
         global _CACHE

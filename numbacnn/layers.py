@@ -624,6 +624,9 @@ class Dropout(_Elementwise):
         if "_state" not in state:
             self._init_state(int(rng.integers(2**63)) if rng is not None else 0)
 
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        return x  # the identity in evaluation: no kernel call, no copy (1.7 us of a batch-1 prediction)
+
     def _apply(self, y, x, training):
         # threshold 0 (evaluation): a mask of ones, nothing drawn
         self.backend.dropout_forward(y, self._buf("mask", x.shape), x, self._state,

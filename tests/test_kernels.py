@@ -462,7 +462,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)
-    # inference (no backward follows: the wide epilogue keeps no argmax) gives the same values
+    # inference (no backward follows: the 2x2 epilogues keep no argmax) gives the same values
     np.testing.assert_array_equal(net.forward(x), y)
 
 
@@ -597,6 +597,27 @@ def test_batch_gather_strided_copy_and_step_stats_match_numpy(rng):
     assert stats[1] == 3
     K.step_stats(stats, np.ones(3), tied, np.array([1, 2, 2]))
     assert stats[1] == 0
+
+
+@pytest.mark.parametrize("co, k", [(4, 6), (64, 2100)])  # one thread; channels in parallel
+def test_batchnorm_fold_matches_the_oracle_on_one_thread_and_many(rng, co, k):
+    """The inference fold of BatchNorm into the convolution before it against the float64 oracle
+    (float32 rounding of a product and a sum: rtol 1e-6), below and above FOLD_SERIAL; the channels
+    hold the same bits either way."""
+    from numbacnn.kernels.cpu.batchnorm import FOLD_SERIAL
+    assert (co * k > FOLD_SERIAL) == (co == 64)
+    w = f32(rng.standard_normal((co, k)))
+    b, gamma, beta, mean = (f32(rng.standard_normal(co)) for _ in range(4))
+    var = f32(rng.random(co) + 0.1)
+    wf, bf = np.full_like(w, np.nan), np.full_like(b, np.nan)
+    K.batchnorm_fold(wf, bf, w, b, gamma, beta, mean, var, 1e-5)
+    ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
+    np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
+    wf1, bf1 = np.empty_like(w[:3]), np.empty_like(b[:3])  # the first channels alone: serial
+    K.batchnorm_fold(wf1, bf1, w[:3], b[:3], gamma[:3], beta[:3], mean[:3], var[:3], 1e-5)
+    np.testing.assert_array_equal(wf1, wf[:3])
+    np.testing.assert_array_equal(bf1, bf[:3])
 
 
 def test_run_copies_and_adds_touch_exactly_their_runs(rng):

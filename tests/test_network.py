@@ -280,13 +280,22 @@ for opt, kw in (("sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1
         net.backward(d)
         o.step()
     digests.append(hashlib.sha256(net.params.tobytes()).hexdigest())
+net = nc.build_network("conv(8,3,padding=same),bn,relu,res(conv(8,3,padding=same),bn),gap", (1, 8, 8), 3,
+                       seed=0)  # BatchNorm's backward, a residual block, global pooling
+o = nc.make_optimizer("adamw", net, lr=0.01)
+for _ in range(3):
+    _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    net.backward(d)
+    o.step()
+digests.append(hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest())
 print(" ".join(digests))
 """
 
 
 def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path):
     """The first run of a seed (compiling) and later runs (loading numba's cache) give the same
-    bits: with fast-math 'contract', LLVM fused multiply-adds differently in the two."""
+    bits: with fast-math 'contract', LLVM fused multiply-adds differently in the two, and with
+    'reassoc' it regrouped BatchNorm's input gradient in a fresh compile only."""
     import os
     import subprocess
     import sys

@@ -182,7 +182,7 @@ class PositionsPlan(CpuConvPlan):
         launch(K.conv2d_forward_positions,
                y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
                ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
-               kh, kw, relu, *(pool or (0, 0)), positions_blocks(g, x.shape, pool))
+               kh, kw, relu, *(pool or (0, 0)), positions_blocks(g, x.shape, pool), backward)
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
@@ -360,7 +360,7 @@ class WinogradPlan(CpuConvPlan):
                ws.buf("mw", (self.slots, 16 * (tiles * co + skew))),
                ws.buf("sw", (self.slots, 8 * (tw + 1) * max(ci, co))),
                ws.buf("pw", (self.slots, (2 * tiles // tw + 2) * (2 * tw + 2) * ci)), x, u, bias,
-               *g.padding, relu, *(pool or (0, 0)), blocks)
+               *g.padding, relu, *(pool or (0, 0)), blocks, backward)
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,

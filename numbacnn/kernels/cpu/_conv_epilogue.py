@@ -15,6 +15,19 @@ def marked(best, k):
 
 
 @kernel(parallel=False)
+def bias_relu(row, bias, relu):
+    """row += bias in place, then max(., 0) when relu (NaN stays NaN): one long loop, vectorised."""
+    zero = np.float32(0.0)
+    if relu:
+        for j in range(row.shape[0]):
+            v = row[j] + bias
+            row[j] = v if not v < zero else zero
+    else:
+        for j in range(row.shape[0]):
+            row[j] += bias
+
+
+@kernel(parallel=False)
 def max2x2(v0, v1, v2, v3):
     """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its ``marked`` offset (0-3),
     the first in row-major order on ties; branch-free selects, so that loops calling it

@@ -116,10 +116,19 @@ def unchanged(seen, w):
     return False
 
 
+def _contiguous(*arrays):
+    """The vector moves read and write memory from an array's data pointer on: only for 1-D
+    C-contiguous float32 arrays (a typing error otherwise, never a wrong address)."""
+    for a in arrays:
+        if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == types.float32):
+            raise numba.core.errors.TypingError(f"expected a 1-D C-contiguous float32 array, got {a}")
+
+
 @intrinsic
 def _move16(typingctx, d, di, s, si):
     """d[di:di + 16] = s[si:si + 16] as one 64-byte memcpy, which LLVM expands into one or two
     vector moves. No bounds checks: the caller keeps both ranges inside their arrays."""
+    _contiguous(d, s)
     sig = types.void(d, di, s, si)
 
     def codegen(context, builder, signature, args):
@@ -156,6 +165,7 @@ def _add16(typingctx, d, di, s, si):
     """d[di:di + 16] += s[si:si + 16] as vector loads, one vector add and a vector store (the same
     float32 sums as one at a time). No bounds checks: the caller keeps both ranges inside their
     arrays."""
+    _contiguous(d, s)
     sig = types.void(d, di, s, si)
 
     def codegen(context, builder, signature, args):
@@ -180,3 +190,19 @@ def add_run(d, di, s, si, n):
         o += sixteen
     for i in range(o, n):
         d[di + i] += s[si + i]
+
+
+if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run as Python, with
+    def _in16(d, di, s, si):  # NumPy's bounds checks (tests/test_reliability.py)
+        di, si = int(di), int(si)
+        if d[di:di + 16].shape[0] != 16 or s[si:si + 16].shape[0] != 16:
+            raise IndexError("a 16-float move outside its array")
+        return di, si
+
+    def _move16(d, di, s, si):  # type: ignore[misc]
+        di, si = _in16(d, di, s, si)
+        d[di:di + 16] = s[si:si + 16]
+
+    def _add16(d, di, s, si):  # type: ignore[misc]
+        di, si = _in16(d, di, s, si)
+        d[di:di + 16] += s[si:si + 16]

@@ -111,13 +111,42 @@ def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu,
         a = np.float32(weight[c] * inv)
         b1 = np.float32(g_sum / M) if batch_stats else zero
         b2 = np.float32(inv * inv * gx_sum / M) if batch_stats else zero
-        for n in range(N):
-            xs, ys, gs, ds = x[n, c], y[n, c], dy[n, c], dx[n, c]
-            for i in range(S):
-                g = gs[i]
-                if relu and not ys[i] > zero:
-                    g = zero
-                ds[i] = a * (g - b1 - (xs[i] - mu) * b2)
+        _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu)
+
+
+# Without fast-math: with 'reassoc', a fresh compile regrouped the input gradient's terms and
+# the code that numba's disk cache (and the prebuilt kernels) hand back did not, so the first run
+# of a seed on a machine compiling its kernels trained to other bits than every later run
+# (tests/test_network.py checks it). An elementwise loop vectorises without fast-math.
+@kernel(parallel=False, fastmath=False)
+def _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu):
+    """dx[:, c] = a * (g - b1 - (x[:, c] - mu) * b2), g = dy[:, c] masked where y <= 0 when relu
+    (one call per channel: not inlined, so that the caller's fast-math stays out)."""
+    zero = np.float32(0.0)
+    for n in range(x.shape[0]):
+        xs, ys, gs, ds = x[n, c], y[n, c], dy[n, c], dx[n, c]
+        for i in range(ds.shape[0]):
+            g = gs[i]
+            if relu and not ys[i] > zero:
+                g = zero
+            ds[i] = a * (g - b1 - (xs[i] - mu) * b2)
+
+
+# Folds of at most FOLD_SERIAL weights run on one thread: waking the others cost more than they
+# saved up to modern's 64 -> 64 layer (36,864 weights: 3.4 us on one thread, 3.7 on two; 32 x 9:
+# 0.85 and 2.3 us), and batch-1 predictions fold every layer on every call.
+FOLD_SERIAL = 1 << 17
+
+
+@kernel(parallel=False, inline=True)
+def _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c):
+    inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
+    a = np.float32(weight[c] * inv)
+    shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
+    ws, wfs = w[c], wf[c]
+    for k in range(w.shape[1]):
+        wfs[k] = a * ws[k]
+    bf[c] = a * b[c] + shift
 
 
 @kernel()
@@ -125,13 +154,12 @@ def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
     """A convolution followed by BatchNorm in evaluation mode, as one convolution: with
     a = weight / sqrt(running_var + eps) (as batchnorm_forward_eval computes it),
     wf[c] = a[c] * w[c] and bf[c] = a[c] * b[c] + (bias[c] - running_mean[c] * a[c]).
-    wf, w: (Co, K) (the weights, flat per output channel); bf, b and the rest: (Co,)."""
+    wf, w: (Co, K) (the weights, flat per output channel); bf, b and the rest: (Co,).
+    Output channels in parallel above FOLD_SERIAL weights (the same values either way)."""
     Co, K = w.shape
-    for c in prange(Co):  # one output channel per iteration
-        inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
-        a = np.float32(weight[c] * inv)
-        shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
-        ws, wfs = w[c], wf[c]
-        for k in range(K):
-            wfs[k] = a * ws[k]
-        bf[c] = a * b[c] + shift
+    if Co * K <= FOLD_SERIAL:
+        for c in range(Co):
+            _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c)
+    else:
+        for c in prange(Co):  # one output channel per iteration
+            _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c)

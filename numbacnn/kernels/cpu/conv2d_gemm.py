@@ -8,6 +8,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
+from ._conv_epilogue import bias_relu
 from ._util import add_row_sums, conv_out, part_bounds, zero_parts
 from .blas import sgemm
 
@@ -91,22 +92,13 @@ def conv2d_forward_gemm(out, cols, x, w, b, SH, SW, PH, PW, relu):
     OHW = out.shape[2] * out.shape[3]
     ckk = Ci * KH * KW
     wf = w.reshape(Co * ckk)
-    zero = np.float32(0.0)
     for n in prange(N):  # each example writes only out[n] and cols[n]
         im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
         o = out[n].reshape(Co, OHW)
         sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
               OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
         for co in range(Co):
-            row = o[co]
-            bias = b[co]
-            if relu:
-                for j in range(OHW):
-                    v = row[j] + bias
-                    row[j] = v if not v < zero else zero  # max(v, 0); NaN stays NaN
-            else:
-                for j in range(OHW):
-                    row[j] += bias
+            bias_relu(o[co], b[co], relu)
 
 
 @kernel()

@@ -123,14 +123,16 @@ def _slot(ox, half):
 
 
 @kernel(parallel=False)
-def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work):
+def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
     position oy * OW + _slot(ox, half), channel co): bias, ReLU when relu (NaN stays NaN), and
     (PKH > 0) max pooling with stride = window, argmax as the offset inside the window
     (_conv_epilogue.marked), with maxpool2d_forward's tie and NaN rules. o: (Co, OH, OW), or
     pooled (Co, PH, PW) with a its argmax. The 2x2 path runs over channels, contiguous in ytf;
     an example holding a NaN or an infinity takes pool_scan instead (after copying split rows
-    back into order in ``work``, as large as ytf; unused when half is 0)."""
+    back into order in ``work``, as large as ytf; unused when half is 0). Without argmax_too
+    (inference) the 2x2 path keeps the maxima alone: max(v) + bias, then ReLU, is the same value
+    as the maximum of the ReLUs of v + bias (rounding is monotonic), in fewer operations."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
     if PKH == 0:
@@ -154,6 +156,11 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work):
                 rb = ytf[jb * Co:jb * Co + Co]
                 rc = ytf[(ja + OW) * Co:(ja + OW) * Co + Co]
                 rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
+                if not argmax_too:
+                    for co in range(Co):
+                        v = max(max(ra[co], rb[co]), max(rc[co], rd[co])) + b[co]
+                        o[co, py, px] = v if v > zero else zero
+                    continue
                 for co in range(Co):
                     bias = b[co]
                     v0 = ra[co] + bias
@@ -179,7 +186,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work):
 
 @kernel()
 def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
-                             PKH, PKW, S):
+                             PKH, PKW, S, argmax_too):
     """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
     ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
@@ -193,6 +200,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     the thread count); the N * S blocks run in parallel, each with its own columns and GEMM.
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
     xt (T, Hp * Wp, Ci); yw (T, L, Co), L = OH * OW.
+    argmax_too: False (inference, no backward) leaves a 2x2 pool's argmax unwritten.
     """
     N, Ci, H, W = x.shape
     Co = wt.shape[1]
@@ -216,7 +224,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
             sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
                   np.float32(0.0), yf, 0, Co)
             _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
-                                yf)
+                                yf, argmax_too)
 
 
 @kernel()

@@ -19,8 +19,8 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
-from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, part_bounds
+from ._conv_epilogue import bias_relu, grad_rows, max2x2, pool_scan
+from ._util import add_row_sums, copy_run, part_bounds
 from .blas import sgemm
 from .conv2d_direct import direct_rows, direct_weight_grad
 
@@ -100,22 +100,16 @@ def _plane(xp, x, PH, PW):
 
 @kernel(parallel=False)
 def _epilogue(o, yf, b, Wp, L, relu):
-    """o (Co, OH, OW) = the wide GEMM rows yf (flat (Co, L)) + bias (then max(., 0) when relu)."""
+    """o (Co, OH, OW) = the wide GEMM rows yf (flat (Co, L), overwritten) + bias (then max(., 0)
+    when relu). The bias and ReLU run over a channel's whole wide row, the rows are then copied
+    out 16 floats at a time (copy_run): a loop over one output row, 28 long, ran scalar (modern's
+    first layer: 4.2 -> 1.5 us an example)."""
     Co, OH, OW = o.shape
-    zero = np.float32(0.0)
     for co in range(Co):
-        bias = b[co]
+        row = yf[co * L:co * L + L]
+        bias_relu(row, b[co], relu)
         for oy in range(OH):
-            s0 = co * L + oy * Wp
-            src = yf[s0:s0 + OW]
-            dst = o[co, oy]
-            if relu:
-                for ox in range(OW):
-                    v = src[ox] + bias
-                    dst[ox] = v if not v < zero else zero  # max(v, 0); NaN stays NaN
-            else:
-                for ox in range(OW):
-                    dst[ox] = src[ox] + bias
+            copy_run(o[co, oy], numba.uint64(0), row, numba.uint64(oy * Wp), numba.uint64(OW))
 
 
 @kernel(parallel=False)

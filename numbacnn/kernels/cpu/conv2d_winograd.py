@@ -292,7 +292,8 @@ def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
 
 
 @kernel()
-def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S):
+def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
+                            argmax_too):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
     with PKH > 0 (and relu) a fused PKH x PKW max pool, as conv2d_forward_positions.
 
@@ -304,6 +305,7 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     rows are whole); the N * S blocks run in parallel. Workspaces indexed by thread: yw (T, 4 *
     tiles * Co); vw (T, 16 * (tiles * Ci + SKEW)); mw (T, 16 * (tiles * Co + SKEW)); pw (T, plane
     rows * Wt * Ci), tiles = a block's tiles at most; sw (T, 8 * (TW + 1) * max(Ci, Co)).
+    argmax_too: False (inference, no backward) leaves a 2x2 pool's argmax unwritten.
     """
     N, Ci, H, W = x.shape
     Co = U.shape[2]
@@ -330,7 +332,7 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
                 r0, r1 = t0, min(t1, R)
             if r1 > r0:
                 _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
-                                    PKW, TW, mw[t])
+                                    PKW, TW, mw[t], argmax_too)
 
 
 @kernel()
@@ -401,7 +403,7 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
                     _winograd_rows(yf, vx, mx, sw[t], gp, Wg, U2, t0, R, TWx, 0)
                     r1 = min(2 * (t0 + R), Hx)
                     _epilogue_positions(dx[n][:, 2 * t0:r1, :Wx], argmax[n][:, :0], yf, zb, 2 * TWx,
-                                        False, 0, 0, TWx, mx)
+                                        False, 0, 0, TWx, mx, False)
                 if Hx < H or Wx < W:
                     dx[n][:, Hx:] = np.float32(0.0)
                     dx[n][:, :Hx, Wx:] = np.float32(0.0)
