@@ -623,8 +623,13 @@ def test_batchnorm_fold_matches_the_oracle_on_one_thread_and_many(rng, co, k):
 def test_run_copies_and_adds_touch_exactly_their_runs(rng):
     """copy_run and add_run (im2col's and col2im's runs, 16 floats per vector move) against numpy,
     for runs shorter than, equal to and between multiples of 16, at odd offsets: the run's values
-    (the sums as float32 adds one at a time), nothing outside it changed."""
-    from numbacnn.kernels.cpu._util import add_run, copy_run
+    (the sums as float32 adds one at a time), nothing outside it changed; gather16 (16 channels of
+    a position into a channel-last plane) against a strided slice."""
+    import numba
+
+    from numbacnn.kernels.cpu._util import add_run, copy_run, gather16
+
+    gather = numba.njit(lambda d, di, s, si, stride: gather16(d, di, s, si, stride))  # an intrinsic
     src = f32(rng.standard_normal(100))
     for n in (0, 1, 5, 15, 16, 17, 30, 32, 33, 47, 64):
         for si, di in ((0, 0), (3, 7), (100 - n, 1)):
@@ -638,6 +643,12 @@ def test_run_copies_and_adds_touch_exactly_their_runs(rng):
             want[di:di + n] += src[si:si + n]
             add_run(d, np.uint64(di), src, np.uint64(si), np.uint64(n))
             np.testing.assert_array_equal(d, want)
+    for si, stride in ((0, 1), (5, 6), (0, 6), (100 - 1 - 15 * 5, 5)):  # the last reads src's end
+        d = f32(rng.standard_normal(40))
+        want = d.copy()
+        want[7:23] = src[si:si + 15 * stride + 1:stride]
+        gather(d, np.uint64(7), src, np.uint64(si), np.uint64(stride))
+        np.testing.assert_array_equal(d, want)
 
 
 @pytest.mark.parametrize("shape", [(5, 3, 2, 3), (7, 41, 2, 3)])  # one block of rows; several

@@ -192,6 +192,41 @@ def add_run(d, di, s, si, n):
         d[di + i] += s[si + i]
 
 
+@intrinsic
+def gather16(typingctx, d, di, s, si, stride):
+    """d[di:di + 16] = s[si], s[si + stride], ..., s[si + 15 * stride]: one vector gather (AVX2 and
+    AVX-512 have them; LLVM splits or scalarises it elsewhere) and one vector store. No bounds
+    checks: the caller keeps the 16 reads and the run inside their arrays."""
+    _contiguous(d, s)
+    sig = types.void(d, di, s, si, stride)
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(ir.FloatType(), 16)
+        dst = context.make_array(signature.args[0])(context, builder, args[0])
+        src = context.make_array(signature.args[2])(context, builder, args[2])
+        splat = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
+
+        def broadcast(v):
+            v = builder.insert_element(ir.Constant(ir.VectorType(i64, 16), None), v, ir.Constant(i32, 0))
+            return builder.shuffle_vector(v, v, splat)
+        base = builder.ptrtoint(builder.gep(src.data, [args[3]]), i64)
+        stride = context.cast(builder, args[4], signature.args[4], types.int64)
+        step = builder.mul(stride, ir.Constant(i64, 4))  # bytes
+        lanes = ir.Constant(ir.VectorType(i64, 16), list(range(16)))
+        addresses = builder.add(broadcast(base), builder.mul(lanes, broadcast(step)))
+        pointers = builder.inttoptr(addresses, ir.VectorType(ir.FloatType().as_pointer(), 16))
+        gather = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vec, [pointers.type, i32, ir.VectorType(ir.IntType(1), 16), vec]),
+            "llvm.masked.gather.v16f32.v16p0f32")
+        values = builder.call(gather, [pointers, ir.Constant(i32, 4),
+                                       ir.Constant(ir.VectorType(ir.IntType(1), 16), [1] * 16),
+                                       ir.Constant(vec, None)])
+        builder.store(values, builder.bitcast(builder.gep(dst.data, [args[1]]), vec.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run as Python, with
     def _in16(d, di, s, si):  # NumPy's bounds checks (tests/test_reliability.py)
         di, si = int(di), int(si)
@@ -206,3 +241,9 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run 
     def _add16(d, di, s, si):  # type: ignore[misc]
         di, si = _in16(d, di, s, si)
         d[di:di + 16] += s[si:si + 16]
+
+    def gather16(d, di, s, si, stride):  # type: ignore[misc]
+        di, si, stride = int(di), int(si), int(stride)
+        if d[di:di + 16].shape[0] != 16 or not 0 <= si + 15 * stride < s.shape[0]:
+            raise IndexError("a 16-float gather outside its array")
+        d[di:di + 16] = s[si:si + 15 * stride + 1:stride]
