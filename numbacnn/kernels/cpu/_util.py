@@ -227,6 +227,14 @@ def gather16(typingctx, d, di, s, si, stride):
     return sig, codegen
 
 
+
+@kernel(parallel=False, inline=True)
+def gather_channels(d, di, xf, C, HW, si):
+    """d[di:di + C] = the C channels of one position of a (C, H, W) plane read flat as xf, the
+    position at si in channel 0 (C divisible by 16): a channel-last copy, 16 channels a gather."""
+    for c0 in range(0, C, 16):
+        gather16(d, numba.uint64(di + c0), xf, numba.uint64(c0 * HW + si), numba.uint64(HW))
+
 if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run as Python, with
     def _in16(d, di, s, si):  # NumPy's bounds checks (tests/test_reliability.py)
         di, si = int(di), int(si)

@@ -140,6 +140,7 @@ FOLD_SERIAL = 1 << 17
 
 @kernel(parallel=False, inline=True)
 def _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c):
+    """batchnorm_fold for output channel c (inlined into both of its loops)."""
     inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
     a = np.float32(weight[c] * inv)
     shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)

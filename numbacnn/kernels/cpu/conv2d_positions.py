@@ -23,7 +23,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, add_run, conv_out, copy_run, gather16, part_bounds, unchanged
+from ._util import add_row_sums, add_run, conv_out, copy_run, gather_channels, part_bounds, unchanged
 from .blas import sgemm
 
 
@@ -58,9 +58,7 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):
             d0 = ((PH + i - R0) * Wp + PW) * C
             for j in range(W):
-                for c0 in range(0, C, 16):
-                    gather16(xtf, numba.uint64(d0 + j * C + c0), xf, numba.uint64(c0 * HW + i * W + j),
-                             numba.uint64(HW))
+                gather_channels(xtf, d0 + j * C, xf, C, HW, i * W + j)
         return
     for c in range(C):
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):

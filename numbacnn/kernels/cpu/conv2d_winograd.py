@@ -24,7 +24,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows
-from ._util import add_row_sums, gather16, part_bounds, unchanged
+from ._util import add_row_sums, gather_channels, part_bounds, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions
 
@@ -115,10 +115,7 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
             d0 = (PH + i - R0) * Wt
             for j in range(min(W, Wt - PW)):
                 col = PW + j
-                dst = numba.uint64((d0 + (col & 1) * Wh + (col >> 1)) * C)
-                for c0 in range(0, C, 16):
-                    gather16(pf, dst + numba.uint64(c0), xf, numba.uint64(c0 * HW + i * W + j),
-                              numba.uint64(HW))
+                gather_channels(pf, (d0 + (col & 1) * Wh + (col >> 1)) * C, xf, C, HW, i * W + j)
         return
     for c in range(C):
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):
