@@ -420,6 +420,7 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (1, 12, 11, 9, 6, 3, 2, 1, (2, 3)),  # position-major strided, one example in blocks
     (3, 32, 13, 12, 32, 3, 1, 0, 2),  # Winograd: odd output rows dropped by the pool
     (1, 32, 16, 17, 32, 3, 1, 1, 2),  # Winograd: one example in blocks of pooled rows
+    (1, 32, 14, 14, 64, 3, 1, 1, 2),  # Winograd: 7 x 7 tiles of one example in blocks of tile rows
     (2, 32, 11, 12, 34, 3, 1, 1, (2, 3)),  # Winograd: windows through the position-major path
     (2, 32, 12, 12, 32, 3, 1, 1, 3),  # Winograd: 3x3 windows, one block per example
 ]
