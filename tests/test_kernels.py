@@ -34,6 +34,9 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (1, 12, 9, 8, 32, 3, 2, 1),  # position-major strided, one example in blocks
     (3, 16, 20, 18, 48, 3, 1, 1),  # position-major, 3 blocks an example (GEMMs kept small)
     (150, 16, 12, 11, 48, 3, 1, 1),  # backward GEMMs in pieces that cross examples and groups
+    (2, 16, 17, 33, 16, 3, 1, 1),  # FMA blocks of 12 x 16 with a short last one; 16 x 16 transposes,
+    # the last overlapping, in and out
+    (2, 16, 19, 21, 32, 3, 2, 1),  # FMA blocks of 6 x 32, strided
     (3, 32, 9, 7, 32, 3, 1, 1),  # Winograd: odd sizes (a half tile at the edges)
     (130, 32, 5, 6, 33, 3, 1, 0),  # Winograd: parts of 2-3 examples, weight GEMMs across them
     (2, 33, 16, 15, 40, 3, 1, 2),  # Winograd: padding 2, odd channel counts
@@ -418,6 +421,7 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (1, 12, 13, 13, 64, 3, 1, 0, 2),  # position-major, one example in 4 blocks of pooled rows
     (5, 12, 16, 14, 64, 3, 1, 1, 2),  # position-major, 2 blocks an example (GEMMs kept small)
     (1, 12, 11, 9, 6, 3, 2, 1, (2, 3)),  # position-major strided, one example in blocks
+    (2, 16, 18, 34, 32, 3, 1, 1, 2),  # FMA blocks under a fused pool, transposed input rows
     (3, 32, 13, 12, 32, 3, 1, 0, 2),  # Winograd: odd output rows dropped by the pool
     (1, 32, 16, 17, 32, 3, 1, 1, 2),  # Winograd: one example in blocks of pooled rows
     (1, 32, 14, 14, 64, 3, 1, 1, 2),  # Winograd: 7 x 7 tiles of one example in blocks of tile rows
@@ -737,3 +741,41 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
         rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, 1)
         np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
+
+
+def test_fma_blocks_and_16x16_transposes(rng):
+    """microkernel.direct_positions (blocks of 12 x 16 or 6 x 32 accumulators, the last block
+    overlapping, fewer positions one at a time) against a float64 convolution (stated tolerance),
+    and bit for bit against itself on any prefix of the positions (a block of rows computes each
+    position the same way wherever the block starts); transpose16 against NumPy at odd strides."""
+    import numba
+
+    from numbacnn.kernels.cpu._util import transpose16
+    from numbacnn.kernels.cpu.microkernel import direct_positions
+
+    for C, H, W, Co, K, S in ((16, 5, 19, 16, 3, 1), (3, 6, 7, 32, 5, 2), (8, 4, 4, 48, 3, 1)):
+        x = f32(rng.standard_normal((H, W, C)))  # channel-last
+        w = f32(rng.standard_normal((K, K, C, Co)))
+        OH, OW = (H - K) // S + 1, (W - K) // S + 1
+        oy, ox = np.divmod(np.arange(OH * OW), OW)
+        xo = ((oy * S * W + ox * S) * C).astype(np.int64)
+        want = np.zeros((OH, OW, Co))
+        for ky in range(K):
+            for kx in range(K):
+                patch = x[ky:ky + S * (OH - 1) + 1:S, kx:kx + S * (OW - 1) + 1:S].astype(np.float64)
+                want += patch @ w[ky, kx].astype(np.float64)
+        y = np.full(OH * OW * Co, np.nan, np.float32)
+        direct_positions(y, x.reshape(-1), xo, w.reshape(-1), OH * OW, Co, K, K * C, W * C)
+        np.testing.assert_allclose(y.reshape(OH, OW, Co), want, rtol=1e-5, atol=1e-4)
+        for lb in {min(lb, OH * OW - 1) for lb in (1, 5, 6, 13, OH * OW - 1)}:
+            part = np.full(lb * Co, np.nan, np.float32)
+            direct_positions(part, x.reshape(-1), xo, w.reshape(-1), lb, Co, K, K * C, W * C)
+            np.testing.assert_array_equal(part, y[:lb * Co])
+    transpose = numba.njit(lambda d, di, ds, s, si, ss: transpose16(d, di, ds, s, si, ss))  # an intrinsic
+    src = f32(rng.standard_normal(700))
+    d = f32(rng.standard_normal(800))
+    want = d.copy()
+    for j in range(16):
+        want[5 + j * 41:5 + j * 41 + 16] = src[3 + j:3 + j + 16 * 37:37]
+    transpose(d, 5, 41, src, 3, 37)
+    np.testing.assert_array_equal(d, want)

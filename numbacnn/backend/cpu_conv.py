@@ -36,6 +36,7 @@ def packed_from(ws: Workspace, key: str, weight: np.ndarray) -> np.ndarray:
 
 
 _ALWAYS = np.zeros(0, np.int32)  # no record: the kernel packs on every call
+_NO_OFFSETS = np.zeros(0, np.int64)  # the "positions" forward by columns and a GEMM
 
 
 class CpuConvPlan(ConvPlan):
@@ -179,11 +180,33 @@ class PositionsPlan(CpuConvPlan):
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         wt = ws.buf("wt", (kh, kw, ci, co))
         launch(K.position_filters, wt, weight, packed_from(ws, "wt_from", weight))
+        direct = self.direct_forward
         launch(K.conv2d_forward_positions,
-               y, argmax, ws.buf("yw", (self.slots, L, co)), ws.buf("cols", (self.slots, L, g.ckk)),
+               y, argmax, ws.buf("yw", (self.slots, L, co)),
+               ws.buf("cols", (self.slots, 1, 1) if direct else (self.slots, L, g.ckk)),
                ws.buf("xt", self._xt_shape(x)), x, wt.reshape(g.ckk, co), bias, *g.stride, *g.padding,
-               kh, kw, relu, *(pool or (0, 0)), positions_blocks(g, x.shape, pool), backward)
+               kh, kw, relu, *(pool or (0, 0)), positions_blocks(g, x.shape, pool, direct), backward,
+               self._tap_offsets(ws, x.shape) if direct else _NO_OFFSETS)
         return y
+
+    @property
+    def direct_forward(self) -> bool:
+        """Whether the forward runs the FMA blocks of kernels/cpu/microkernel.py on the transposed
+        plane (no columns, no GEMM): output channels in whole vectors of 16."""
+        return self.geometry.out_channels % 16 == 0
+
+    def _tap_offsets(self, ws: Workspace, shape: tuple[int, ...]) -> np.ndarray:
+        """Where each output position's first tap lies in the transposed padded plane, (L,) int64:
+        ((oy * SH) * Wp + ox * SW) * Ci (made once per input size)."""
+        g = self.geometry
+        h, w = shape[2], shape[3]
+        if ws.get("xo_for") != (h, w):
+            oh, ow = g.out_hw(h, w)
+            oy, ox = np.divmod(np.arange(oh * ow, dtype=np.int64), ow)
+            wp = w + 2 * g.padding[1]
+            ws["xo"] = (oy * g.stride[0] * wp + ox * g.stride[1]) * g.in_channels
+            ws["xo_for"] = (h, w)
+        return ws["xo"]
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
@@ -226,16 +249,19 @@ def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
     return rows_fit, rows_fit
 
 
-def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None) -> int:
+def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None, direct: bool = False
+                     ) -> int:
     """Blocks of whole output rows (pooled rows with a fused pool) per example in the "positions"
     forward. From the layer's and the batch's shapes only, never the thread count, so that the
-    bits do not depend on it."""
+    bits do not depend on it. ``direct`` (FMA blocks, no GEMM): only as many as MIN_BLOCKS asks."""
     n, _, h, w = shape
     oh, ow = g.out_hw(h, w)
     unit = pool[0] if pool else 1
     rows = oh // unit
     if rows <= 1:
         return 1
+    if direct:
+        return min(rows, -(-MIN_BLOCKS // n))
     per_row = unit * ow * g.ckk * g.out_channels
     blocks = 1
     small = small_gemm_macs()

@@ -228,6 +228,46 @@ def gather16(typingctx, d, di, s, si, stride):
 
 
 
+@intrinsic
+def transpose16(typingctx, d, di, ds, s, si, ss):
+    """d[di + j * ds + k] = s[si + k * ss + j] for j, k < 16: a 16 x 16 block transposed in
+    registers (16 vector loads, four rounds of 16 two-vector shuffles, 16 vector stores), for
+    channel-last copies of (C, H, W) planes and back. Gathers read 16 rows a plane apart per
+    vector, and planes of 1 or 4 KB put all 16 in one cache set (16 x 32 x 32: 8.5 -> 2 us). No
+    bounds checks: the caller keeps both blocks inside their arrays."""
+    _contiguous(d, s)
+    sig = types.void(d, di, ds, s, si, ss)
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(ir.FloatType(), 16)
+        tys = signature.args
+        dp = builder.gep(context.make_array(tys[0])(context, builder, args[0]).data,
+                         [context.cast(builder, args[1], tys[1], types.int64)])
+        sp = builder.gep(context.make_array(tys[3])(context, builder, args[3]).data,
+                         [context.cast(builder, args[4], tys[4], types.int64)])
+        dstride = context.cast(builder, args[2], tys[2], types.int64)
+        sstride = context.cast(builder, args[5], tys[5], types.int64)
+
+        def row(base, stride, r):
+            return builder.bitcast(builder.gep(base, [builder.mul(ir.Constant(i64, r), stride)]),
+                                   vec.as_pointer())
+        rows = [builder.load(row(sp, sstride, r), align=4) for r in range(16)]
+        b = 8
+        while b:  # swap the off-diagonal b x b blocks of every 2b x 2b block
+            lo = ir.Constant(ir.VectorType(i32, 16), [k if not k & b else 16 + (k ^ b) for k in range(16)])
+            hi = ir.Constant(ir.VectorType(i32, 16), [k ^ b if not k & b else 16 + k for k in range(16)])
+            for r in range(16):
+                if not r & b:
+                    a, c = rows[r], rows[r | b]
+                    rows[r], rows[r | b] = builder.shuffle_vector(a, c, lo), builder.shuffle_vector(a, c, hi)
+            b //= 2
+        for r in range(16):
+            builder.store(rows[r], row(dp, dstride, r), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 @kernel(parallel=False, inline=True)
 def gather_channels(d, di, xf, C, HW, si):
     """d[di:di + C] = the C channels of one position of a (C, H, W) plane read flat as xf, the
@@ -249,6 +289,14 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run 
     def _add16(d, di, s, si):  # type: ignore[misc]
         di, si = _in16(d, di, s, si)
         d[di:di + 16] += s[si:si + 16]
+
+    def transpose16(d, di, ds, s, si, ss):  # type: ignore[misc]
+        di, ds, si, ss = int(di), int(ds), int(si), int(ss)
+        if not (0 <= di and di + 15 * ds + 16 <= d.shape[0] and 0 <= si and si + 15 * ss + 16 <= s.shape[0]):
+            raise IndexError("a 16 x 16 transpose outside its arrays")
+        block = np.stack([s[si + k * ss:si + k * ss + 16] for k in range(16)])
+        for j in range(16):
+            d[di + j * ds:di + j * ds + 16] = block[:, j]
 
     def gather16(d, di, s, si, stride):  # type: ignore[misc]
         di, si, stride = int(di), int(si), int(stride)

@@ -23,8 +23,18 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
-from ._util import add_row_sums, add_run, conv_out, copy_run, gather_channels, part_bounds, unchanged
+from ._util import (
+    add_row_sums,
+    add_run,
+    conv_out,
+    copy_run,
+    gather_channels,
+    part_bounds,
+    transpose16,
+    unchanged,
+)
 from .blas import sgemm
+from .microkernel import direct_positions
 
 
 @kernel(parallel=False)
@@ -52,6 +62,16 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
     if PH > 0 or PW > 0:
         for i in range((R1 - R0) * Wp * C):
             xtf[i] = zero
+    if C % 16 == 0 and W >= 16:  # 16 x 16 blocks transposed in registers (the last may overlap)
+        HW = H * W
+        xf = np.ascontiguousarray(x).reshape(C * HW)
+        for i in range(max(0, R0 - PH), min(H, R1 - PH)):
+            d0 = ((PH + i - R0) * Wp + PW) * C
+            for c0 in range(0, C, 16):
+                for j in range(0, W, 16):
+                    j0 = min(j, W - 16)
+                    transpose16(xtf, d0 + j0 * C + c0, C, xf, c0 * HW + i * W + j0, HW)
+        return
     if C % 16 == 0:  # 16 channels of a position per vector gather, as conv2d_winograd._plane
         HW = H * W
         xf = np.ascontiguousarray(x).reshape(C * HW)
@@ -60,8 +80,8 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
             for j in range(W):
                 gather_channels(xtf, d0 + j * C, xf, C, HW, i * W + j)
         return
-    for c in range(C):
-        for i in range(max(0, R0 - PH), min(H, R1 - PH)):
+    for i in range(max(0, R0 - PH), min(H, R1 - PH)):  # a plane row (in L1) at a time
+        for c in range(C):
             src = x[c, i]
             d0 = ((PH + i - R0) * Wp + PW) * C + c
             for j in range(W):
@@ -143,6 +163,22 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
     as the maximum of the ReLUs of v + bias (rounding is monotonic), in fewer operations."""
     Co, PH, PW = o.shape
     zero = np.float32(0.0)
+    if PKH == 0 and half == 0:
+        # an output row of a channel at a time: strided reads, a contiguous row written (writing a
+        # position's channels, a plane apart, ran 3-9x slower: 16 planes of 4 KB share cache sets)
+        for oy in range(PH):
+            src = ytf[oy * OW * Co:oy * OW * Co + PW * Co]
+            for co in range(Co):
+                dst = o[co, oy]
+                bias = b[co]
+                if relu:
+                    for ox in range(PW):
+                        v = src[ox * Co + co] + bias
+                        dst[ox] = v if not v < zero else zero
+                else:
+                    for ox in range(PW):
+                        dst[ox] = src[ox * Co + co] + bias
+        return
     if PKH == 0:
         for oy in range(PH):
             for ox in range(PW):
@@ -192,9 +228,32 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
         pool_scan(o[co], a[co], src, co, Co, OW, b[co], PKH, PKW)
 
 
+@kernel(parallel=False)
+def _epilogue_rows(of, R, r0, ytf, b, OW, rows, relu):
+    """_epilogue_positions without a pool, for Co divisible by 16 and OW >= 16: bias and ReLU on
+    the (rows * OW, Co) block ytf in place (along its channels), then 16 x 16 blocks transposed
+    into output rows r0 .. r0 + rows - 1 of of, the example's output (Co, R, OW) read flat."""
+    Co = b.shape[0]
+    zero = np.float32(0.0)
+    for p in range(rows * OW):
+        v = ytf[p * Co:(p + 1) * Co]
+        if relu:
+            for co in range(Co):
+                s = v[co] + b[co]
+                v[co] = s if not s < zero else zero
+        else:
+            for co in range(Co):
+                v[co] += b[co]
+    for oy in range(rows):
+        for c0 in range(0, Co, 16):
+            for j in range(0, OW, 16):
+                j0 = min(j, OW - 16)  # the last block may overlap the one before
+                transpose16(of, (c0 * R + r0 + oy) * OW + j0, R * OW, ytf, (oy * OW + j0) * Co + c0, Co)
+
+
 @kernel()
 def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
-                             PKH, PKW, S, argmax_too):
+                             PKH, PKW, S, argmax_too, xo):
     """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
     ReLU).
     With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
@@ -209,6 +268,9 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     Workspaces, indexed by thread (T at least numba's thread count): cols (T, L, ckk);
     xt (T, Hp * Wp, Ci); yw (T, L, Co), L = OH * OW.
     argmax_too: False (inference, no backward) leaves a 2x2 pool's argmax unwritten.
+    xo: empty, or (Co divisible by 16) the offsets in xt of the L positions' first taps,
+    ((oy * SH) * Wp + ox * SW) * Ci: then no columns and no GEMM, the FMA blocks of
+    microkernel.direct_positions read the transposed plane itself (cols unused).
     """
     N, Ci, H, W = x.shape
     Co = wt.shape[1]
@@ -224,15 +286,22 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
         r0, r1 = part_bounds(R, S, i % S)
         if r1 > r0:
             t = numba.get_thread_id()
-            cf = cols[t].reshape(L * ckk)
-            _im2col_positions(cf, xt[t].reshape(xt.shape[1] * Ci), x[n], PH, PW, KH, KW, SH, SW,
-                              r0 * U, r1 * U)
             Lb = (r1 - r0) * U * OW
             yf = yw[t].reshape(L * Co)[:Lb * Co]
-            sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
-                  np.float32(0.0), yf, 0, Co)
-            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
-                                yf, argmax_too)
+            xtf = xt[t].reshape(xt.shape[1] * Ci)
+            if xo.shape[0] > 0:
+                _transpose_padded(xtf, x[n], PH, PW, r0 * U * SH, (r1 * U - 1) * SH + KH)
+                direct_positions(yf, xtf, xo, wf, Lb, Co, KH, KW * Ci, (W + 2 * PW) * Ci)
+            else:
+                cf = cols[t].reshape(L * ckk)
+                _im2col_positions(cf, xtf, x[n], PH, PW, KH, KW, SH, SW, r0 * U, r1 * U)
+                sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
+                      np.float32(0.0), yf, 0, Co)
+            if PKH == 0 and xo.shape[0] > 0 and OW >= 16:
+                _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, OW, r1 - r0, relu)
+            else:
+                _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
+                                    yf, argmax_too)
 
 
 @kernel()

@@ -1,0 +1,150 @@
+"""Register-blocked FMA micro-kernels: an R x 16V block of a float32 product held in R * V vector
+accumulators (16 floats each) for its whole reduction, one input value broadcast per row, V weight
+vectors loaded per step: the structure of a hand-written GEMM kernel, which LLVM does not find in a
+loop nest by itself (numba keeps arrays in memory, so a block written as loops over an array
+accumulates through loads and stores).
+
+    yf[y0 + r * ys + j] (+)= sum over t < T of xf[x0 + xo[k0 + r] + t] * wf[w0 + t * ws + j]
+    for r < R, j < 16 * V
+
+Each row of x starts where its offset xo says (the positions of a channel-last plane: a stride
+apart within an output row, a plane row apart between them), the weights' rows ``ws`` apart.
+Emitted as LLVM IR by ``_block(R, V)``, one intrinsic per shape, sums in t order with fused
+multiply-adds: the same bits on any thread count and in any block. No bounds checks: the caller
+keeps every read and write inside its arrays.
+"""
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..._config import kernel
+from ._util import _contiguous
+
+LANES = 16
+ROWS = 6  # the largest block: 6 x 32 floats in 12 vector accumulators (AVX-512 has 32 registers)
+
+
+def _block(R: int, V: int):
+    """The intrinsic for an R x 16V block: (yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first) ->
+    None; ``first`` true: the block is written (the sums alone), false: added to what yf holds."""
+
+    @intrinsic
+    def fma_block(typingctx, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
+        _contiguous(yf, xf, wf)
+        if not (isinstance(xo, types.Array) and xo.ndim == 1 and xo.dtype == types.int64):
+            raise numba.core.errors.TypingError(f"expected 1-D int64 offsets, got {xo}")
+        sig = types.void(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
+
+        def codegen(context, builder, signature, args):
+            i64, f32 = ir.IntType(64), ir.FloatType()
+            vec = ir.VectorType(f32, LANES)
+            tys = signature.args
+
+            def i(k):  # argument k as an int64
+                return context.cast(builder, args[k], tys[k], types.int64)
+
+            def at(array, k):  # the data pointer of the array argument k
+                return context.make_array(tys[k])(context, builder, args[k]).data
+
+            def vptr(base, offset):
+                return builder.bitcast(builder.gep(base, [offset]), vec.as_pointer())
+
+            yp = builder.gep(at(yf, 0), [i(1)])
+            xp = builder.gep(at(xf, 3), [i(4)])
+            op = builder.gep(at(xo, 5), [i(6)])
+            wp = builder.gep(at(wf, 7), [i(8)])
+            ystride, wstride, count = i(2), i(9), i(10)
+            first_ = context.cast(builder, args[11], tys[11], types.boolean)
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                                 "llvm.fma.v16f32")
+            zero = ir.Constant(vec, [0.0] * LANES)
+            accs = []
+
+            def yat(r, v):  # where accumulator (r, v) lives in yf
+                return vptr(yp, builder.add(builder.mul(ir.Constant(i64, r), ystride),
+                                            ir.Constant(i64, LANES * v)))
+            for r in range(R):
+                row = []
+                for v in range(V):
+                    slot = cgutils.alloca_once(builder, vec)
+                    old = builder.load(yat(r, v), align=4)
+                    builder.store(builder.select(first_, zero, old), slot)
+                    row.append(slot)
+                accs.append(row)
+            xrows = [builder.gep(xp, [builder.load(builder.gep(op, [ir.Constant(i64, r)]))])
+                     for r in range(R)]
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+            with cgutils.for_range(builder, count) as loop:
+                t = loop.index
+                wrow = builder.gep(wp, [builder.mul(t, wstride)])
+                ws_ = [builder.load(vptr(wrow, ir.Constant(i64, LANES * v)), align=4) for v in range(V)]
+                for r in range(R):
+                    s = builder.load(builder.gep(xrows[r], [t]))
+                    s = builder.insert_element(ir.Constant(vec, None), s, ir.Constant(ir.IntType(32), 0))
+                    s = builder.shuffle_vector(s, s, splat_mask)
+                    for v in range(V):
+                        builder.store(builder.call(fma, [s, ws_[v], builder.load(accs[r][v])]), accs[r][v])
+            for r in range(R):
+                for v in range(V):
+                    builder.store(builder.load(accs[r][v]), yat(r, v), align=4)
+            return context.get_dummy_value()
+        return sig, codegen
+    return fma_block
+
+
+if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with bounds checks
+    def _block(R: int, V: int):  # type: ignore[no-redef]
+        def fma_block(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
+            y0, ys, x0, k0, w0, ws, T = (int(a) for a in (y0, ys, x0, k0, w0, ws, T))
+            n = LANES * V
+            for r in range(R):
+                xr = x0 + int(xo[k0 + r])
+                if T > 0 and not (0 <= xr and xr + T <= xf.shape[0] and w0 + (T - 1) * ws + n <= wf.shape[0]
+                                  and y0 + r * ys + n <= yf.shape[0]):
+                    raise IndexError("an FMA block outside its arrays")
+                acc = np.zeros(n, np.float32) if first else yf[y0 + r * ys:y0 + r * ys + n].copy()
+                for t in range(T):
+                    acc = (np.float64(xf[xr + t]) * wf[w0 + t * ws:w0 + t * ws + n]
+                           + acc).astype(np.float32)  # one rounding per step, as an FMA
+                yf[y0 + r * ys:y0 + r * ys + n] = acc
+        return fma_block
+
+
+_BIG_1, _ONE_1 = _block(2 * ROWS, 1), _block(1, 1)  # 12 x 16 and 1 x 16
+_BIG_2, _ONE_2 = _block(ROWS, 2), _block(1, 2)  # 6 x 32 and 1 x 32
+
+
+@kernel(parallel=False, inline=True)
+def _fma_rows(big, V, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
+    """The block of the module's docstring: 12 x 16 (V 1) or 6 x 32 (V 2) when ``big``, else one row."""
+    if V == 2:
+        if big:
+            _BIG_2(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
+        else:
+            _ONE_2(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
+    elif big:
+        _BIG_1(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
+    else:
+        _ONE_1(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
+
+
+@kernel(parallel=False)
+def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
+    """yf (flat (Lb, Co)) = the convolution at the Lb positions whose first taps lie at xo[:Lb] in
+    the channel-last plane xtf, with the weights wf (flat (KH, run, Co): (ky, kx, c) x co): for
+    each kernel row ky the run of KW * C floats at xo[p] + ky * row (row: a plane row's floats).
+    Blocks of 16V channels x R positions (12 x 16 or 6 x 32; Co divisible by 16); the last block
+    overlaps the one before (its positions computed again, to the same bits), and fewer than R
+    positions go one at a time."""
+    V = 2 if Co % 32 == 0 else 1
+    R = ROWS if V == 2 else 2 * ROWS
+    big = Lb >= R
+    for c0 in range(0, Co, 16 * V):
+        for p in range(0, Lb, R if big else 1):
+            p0 = min(p, Lb - R) if big else p
+            for ky in range(KH):
+                _fma_rows(big, V, yf, p0 * Co + c0, Co, xtf, ky * row, xo, p0, wf, ky * run * Co + c0, Co,
+                          run, ky == 0)
