@@ -753,29 +753,31 @@ def test_fma_blocks_and_16x16_transposes(rng):
     from numbacnn.kernels.cpu._util import transpose16
     from numbacnn.kernels.cpu.microkernel import direct_positions
 
-    for C, H, W, Co, K, S in ((16, 5, 19, 16, 3, 1), (3, 6, 7, 32, 5, 2), (8, 4, 4, 48, 3, 1)):
+    for C, H, W, Co, KK, S in ((16, 5, 19, 16, 3, 1), (3, 6, 7, 32, 5, 2), (8, 4, 4, 48, 3, 1)):
         x = f32(rng.standard_normal((H, W, C)))  # channel-last
-        w = f32(rng.standard_normal((K, K, C, Co)))
-        OH, OW = (H - K) // S + 1, (W - K) // S + 1
+        w = f32(rng.standard_normal((KK, KK, C, Co)))
+        OH, OW = (H - KK) // S + 1, (W - KK) // S + 1
         oy, ox = np.divmod(np.arange(OH * OW), OW)
         xo = ((oy * S * W + ox * S) * C).astype(np.int64)
         want = np.zeros((OH, OW, Co))
-        for ky in range(K):
-            for kx in range(K):
+        for ky in range(KK):
+            for kx in range(KK):
                 patch = x[ky:ky + S * (OH - 1) + 1:S, kx:kx + S * (OW - 1) + 1:S].astype(np.float64)
                 want += patch @ w[ky, kx].astype(np.float64)
         y = np.full(OH * OW * Co, np.nan, np.float32)
-        direct_positions(y, x.reshape(-1), xo, w.reshape(-1), OH * OW, Co, K, K * C, W * C)
+        direct_positions(y, x.reshape(-1), xo, w.reshape(-1), OH * OW, Co, KK, KK * C, W * C)
         np.testing.assert_allclose(y.reshape(OH, OW, Co), want, rtol=1e-5, atol=1e-4)
         for lb in {min(lb, OH * OW - 1) for lb in (1, 5, 6, 13, OH * OW - 1)}:
             part = np.full(lb * Co, np.nan, np.float32)
-            direct_positions(part, x.reshape(-1), xo, w.reshape(-1), lb, Co, K, K * C, W * C)
+            direct_positions(part, x.reshape(-1), xo, w.reshape(-1), lb, Co, KK, KK * C, W * C)
             np.testing.assert_array_equal(part, y[:lb * Co])
-    transpose = numba.njit(lambda d, di, ds, s, si, ss: transpose16(d, di, ds, s, si, ss))  # an intrinsic
+    transpose = numba.njit(lambda d, de, do, ds, s, si, ss: transpose16(d, de, do, ds, s, si, ss))
     src = f32(rng.standard_normal(700))
-    d = f32(rng.standard_normal(800))
-    want = d.copy()
-    for j in range(16):
-        want[5 + j * 41:5 + j * 41 + 16] = src[3 + j:3 + j + 16 * 37:37]
-    transpose(d, 5, 41, src, 3, 37)
-    np.testing.assert_array_equal(d, want)
+    for de, do, ds in ((5, 46, 82), (400, 5, 20)):  # rows in order 41 apart; odd rows before even
+        d = f32(rng.standard_normal(800))
+        want = d.copy()
+        for j in range(16):
+            at = (do if j % 2 else de) + j // 2 * ds
+            want[at:at + 16] = src[3 + j:3 + j + 16 * 37:37]
+        transpose(d, de, do, ds, src, 3, 37)
+        np.testing.assert_array_equal(d, want)

@@ -186,6 +186,7 @@ _PY_MODE_SPECS = [  # every conv strategy, fused and unfused pooling, padding an
     # FMA blocks: 16 x 16 transposes in and out, 6 x 32 blocks under a strided, fused pool
     ("conv(16,3,padding=1),relu,conv(32,3,stride=2),relu,maxpool(2),dense(5)", (16, 5, 17)),
     ("conv(12,3,stride=2,padding=1),relu,maxpool(2),dense(5),relu", (12, 9, 9)),
+    ("conv(32,3,padding=1),relu,maxpool(2),dense(5)", (32, 4, 18)),  # Winograd, transposed plane rows
 ]
 
 
@@ -203,7 +204,7 @@ def test_python_mode_runs_the_same_kernels_with_numpy_bounds_checks(tmp_path):
     py, jit = np.load(tmp_path / "py.npz"), np.load(tmp_path / "jit.npz")
     assert set(py.files) == set(jit.files)
     strategies = {s for k in py.files if k.startswith("strategies") for s in py[k]}
-    assert {"direct", "wide", "positions", "gemm"} <= strategies
+    assert {"direct", "wide", "positions", "gemm", "winograd"} <= strategies
     for k in py.files:
         if not k.startswith("strategies"):
             np.testing.assert_allclose(py[k], jit[k], rtol=1e-4, atol=1e-5, err_msg=k)

@@ -229,25 +229,27 @@ def gather16(typingctx, d, di, s, si, stride):
 
 
 @intrinsic
-def transpose16(typingctx, d, di, ds, s, si, ss):
-    """d[di + j * ds + k] = s[si + k * ss + j] for j, k < 16: a 16 x 16 block transposed in
-    registers (16 vector loads, four rounds of 16 two-vector shuffles, 16 vector stores), for
-    channel-last copies of (C, H, W) planes and back. Gathers read 16 rows a plane apart per
-    vector, and planes of 1 or 4 KB put all 16 in one cache set (16 x 32 x 32: 8.5 -> 2 us). No
-    bounds checks: the caller keeps both blocks inside their arrays."""
+def transpose16(typingctx, d, de, do, ds, s, si, ss):
+    """A 16 x 16 block transposed in registers (16 vector loads, four rounds of 16 two-vector
+    shuffles, 16 vector stores): row j of the result (s[si + j], s[si + ss + j], ...,
+    s[si + 15 * ss + j]) goes to d[de + (j // 2) * ds:] for even j, d[do + (j // 2) * ds:] for odd
+    j, so that rows can be split by parity (Winograd's planes) or, with do = de + ds / 2, follow
+    each other ds / 2 apart. For channel-last copies of (C, H, W) planes and back: gathers read 16
+    rows a plane apart per vector, and planes of 1 or 4 KB put all 16 in one cache set (16 x 32 x
+    32: 8.5 -> 2 us). No bounds checks: the caller keeps both blocks inside their arrays."""
     _contiguous(d, s)
-    sig = types.void(d, di, ds, s, si, ss)
+    sig = types.void(d, de, do, ds, s, si, ss)
 
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(ir.FloatType(), 16)
         tys = signature.args
-        dp = builder.gep(context.make_array(tys[0])(context, builder, args[0]).data,
-                         [context.cast(builder, args[1], tys[1], types.int64)])
-        sp = builder.gep(context.make_array(tys[3])(context, builder, args[3]).data,
-                         [context.cast(builder, args[4], tys[4], types.int64)])
-        dstride = context.cast(builder, args[2], tys[2], types.int64)
-        sstride = context.cast(builder, args[5], tys[5], types.int64)
+
+        def i(k):  # argument k as an int64
+            return context.cast(builder, args[k], tys[k], types.int64)
+        dp = context.make_array(tys[0])(context, builder, args[0]).data
+        sp = builder.gep(context.make_array(tys[4])(context, builder, args[4]).data, [i(5)])
+        bases, dstride, sstride = (builder.gep(dp, [i(1)]), builder.gep(dp, [i(2)])), i(3), i(6)
 
         def row(base, stride, r):
             return builder.bitcast(builder.gep(base, [builder.mul(ir.Constant(i64, r), stride)]),
@@ -263,7 +265,7 @@ def transpose16(typingctx, d, di, ds, s, si, ss):
                     rows[r], rows[r | b] = builder.shuffle_vector(a, c, lo), builder.shuffle_vector(a, c, hi)
             b //= 2
         for r in range(16):
-            builder.store(rows[r], row(dp, dstride, r), align=4)
+            builder.store(rows[r], row(bases[r & 1], dstride, r >> 1), align=4)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -290,13 +292,16 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run 
         di, si = _in16(d, di, s, si)
         d[di:di + 16] += s[si:si + 16]
 
-    def transpose16(d, di, ds, s, si, ss):  # type: ignore[misc]
-        di, ds, si, ss = int(di), int(ds), int(si), int(ss)
-        if not (0 <= di and di + 15 * ds + 16 <= d.shape[0] and 0 <= si and si + 15 * ss + 16 <= s.shape[0]):
+    def transpose16(d, de, do, ds, s, si, ss):  # type: ignore[misc]
+        de, do, ds, si, ss = int(de), int(do), int(ds), int(si), int(ss)
+        if not (0 <= si and si + 15 * ss + 16 <= s.shape[0]):
             raise IndexError("a 16 x 16 transpose outside its arrays")
         block = np.stack([s[si + k * ss:si + k * ss + 16] for k in range(16)])
         for j in range(16):
-            d[di + j * ds:di + j * ds + 16] = block[:, j]
+            at = (do if j & 1 else de) + (j >> 1) * ds
+            if not (0 <= at and at + 16 <= d.shape[0]):
+                raise IndexError("a 16 x 16 transpose outside its arrays")
+            d[at:at + 16] = block[:, j]
 
     def gather16(d, di, s, si, stride):  # type: ignore[misc]
         di, si, stride = int(di), int(si), int(stride)

@@ -70,7 +70,8 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
             for c0 in range(0, C, 16):
                 for j in range(0, W, 16):
                     j0 = min(j, W - 16)
-                    transpose16(xtf, d0 + j0 * C + c0, C, xf, c0 * HW + i * W + j0, HW)
+                    d = d0 + j0 * C + c0
+                    transpose16(xtf, d, d + C, 2 * C, xf, c0 * HW + i * W + j0, HW)
         return
     if C % 16 == 0:  # 16 channels of a position per vector gather, as conv2d_winograd._plane
         HW = H * W
@@ -248,7 +249,8 @@ def _epilogue_rows(of, R, r0, ytf, b, OW, rows, relu):
         for c0 in range(0, Co, 16):
             for j in range(0, OW, 16):
                 j0 = min(j, OW - 16)  # the last block may overlap the one before
-                transpose16(of, (c0 * R + r0 + oy) * OW + j0, R * OW, ytf, (oy * OW + j0) * Co + c0, Co)
+                d = (c0 * R + r0 + oy) * OW + j0
+                transpose16(of, d, d + R * OW, 2 * R * OW, ytf, (oy * OW + j0) * Co + c0, Co)
 
 
 @kernel()

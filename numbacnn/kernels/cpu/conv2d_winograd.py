@@ -24,7 +24,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows
-from ._util import add_row_sums, gather_channels, part_bounds, unchanged
+from ._util import add_row_sums, gather_channels, part_bounds, transpose16, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions
 
@@ -108,6 +108,20 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
     zero = np.float32(0.0)
     for i in range((R1 - R0) * Wt * C):
         pf[i] = zero
+    Wc = min(W, Wt - PW)  # columns past the plane's are not read
+    if C % 16 == 0 and Wc >= 16:  # 16 x 16 blocks transposed in registers (the last may overlap),
+        HW = H * W  # rows of even and odd columns to their halves
+        xf = np.ascontiguousarray(x).reshape(C * HW)
+        for i in range(max(0, R0 - PH), min(H, R1 - PH)):
+            d0 = (PH + i - R0) * Wt
+            for j in range(0, Wc, 16):
+                j0 = min(j, Wc - 16)
+                col = PW + j0
+                even = d0 + (col >> 1) if col & 1 == 0 else d0 + Wh + (col >> 1)  # the slot of column col
+                odd = d0 + Wh + (col >> 1) if col & 1 == 0 else d0 + ((col + 1) >> 1)  # and col + 1
+                for c0 in range(0, C, 16):
+                    transpose16(pf, even * C + c0, odd * C + c0, C, xf, c0 * HW + i * W + j0, HW)
+        return
     if C % 16 == 0:  # 16 channels of a column per vector gather: 1.5x the scalar scatter below
         HW = H * W
         xf = np.ascontiguousarray(x).reshape(C * HW)

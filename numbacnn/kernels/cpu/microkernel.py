@@ -13,6 +13,7 @@ Emitted as LLVM IR by ``_block(R, V)``, one intrinsic per shape, sums in t order
 multiply-adds: the same bits on any thread count and in any block. No bounds checks: the caller
 keeps every read and write inside its arrays.
 """
+import llvmlite.binding as ll
 import numba
 import numpy as np
 from llvmlite import ir
@@ -24,7 +25,20 @@ from ..._config import kernel
 from ._util import _contiguous
 
 LANES = 16
-ROWS = 6  # the largest block: 6 x 32 floats in 12 vector accumulators (AVX-512 has 32 registers)
+
+
+def _avx512() -> bool:
+    """Whether the code is compiled for AVX-512 (32 vector registers of 16 floats): the target's
+    features (NUMBA_CPU_FEATURES: the prebuilt levels' builds set them) or else the host's."""
+    features = getattr(numba.config, "CPU_FEATURES", "") or ll.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")
+
+
+# The largest blocks, by the registers of the target the kernels are compiled for (fixed at compile
+# time, as every kernel's instruction set): with AVX-512 12 x 16 (V 1) or 6 x 32 floats (V 2) in 12
+# accumulators; with AVX2's 16 registers of 8 floats 6 x 16 (12 registers, 2 for the weights).
+WIDE = _avx512()
+ROWS = 6
 
 
 def _block(R: int, V: int):
@@ -113,8 +127,8 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with 
         return fma_block
 
 
-_BIG_1, _ONE_1 = _block(2 * ROWS, 1), _block(1, 1)  # 12 x 16 and 1 x 16
-_BIG_2, _ONE_2 = _block(ROWS, 2), _block(1, 2)  # 6 x 32 and 1 x 32
+_BIG_1, _ONE_1 = _block(2 * ROWS if WIDE else ROWS, 1), _block(1, 1)  # 12 (6) x 16 and 1 x 16
+_BIG_2, _ONE_2 = _block(ROWS, 2), _block(1, 2)  # 6 x 32 and 1 x 32 (AVX-512 only)
 
 
 @kernel(parallel=False, inline=True)
@@ -136,11 +150,12 @@ def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
     """yf (flat (Lb, Co)) = the convolution at the Lb positions whose first taps lie at xo[:Lb] in
     the channel-last plane xtf, with the weights wf (flat (KH, run, Co): (ky, kx, c) x co): for
     each kernel row ky the run of KW * C floats at xo[p] + ky * row (row: a plane row's floats).
-    Blocks of 16V channels x R positions (12 x 16 or 6 x 32; Co divisible by 16); the last block
+    Blocks of 16V channels x R positions (12 x 16 or 6 x 32; 6 x 16 without AVX-512; Co divisible
+    by 16); the last block
     overlaps the one before (its positions computed again, to the same bits), and fewer than R
     positions go one at a time."""
-    V = 2 if Co % 32 == 0 else 1
-    R = ROWS if V == 2 else 2 * ROWS
+    V = 2 if Co % 32 == 0 and WIDE else 1
+    R = ROWS if V == 2 or not WIDE else 2 * ROWS
     big = Lb >= R
     for c0 in range(0, Co, 16 * V):
         for p in range(0, Lb, R if big else 1):
