@@ -34,7 +34,7 @@ from .conv2d_positions import _epilogue_positions
 SKEW = 16
 
 
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _half3(d, a, b, c, sign):
     """d = (a + sign * b + c) / 2 (sign +-1), elementwise."""
     h = np.float32(0.5)
@@ -142,31 +142,31 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
 
 # The transforms run as a few whole-row operations with two or three operands each: LLVM vectorises
 # those, while one loop producing all 16 values of a tile (32 streams) stayed scalar, 3-4x slower.
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _add(d, a, b):
     for j in range(d.shape[0]):
         d[j] = a[j] + b[j]
 
 
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _sub(d, a, b):
     for j in range(d.shape[0]):
         d[j] = a[j] - b[j]
 
 
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _neg(d, a):
     for j in range(d.shape[0]):
         d[j] = -a[j]
 
 
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _add3(d, a, b, c):
     for j in range(d.shape[0]):
         d[j] = a[j] + b[j] + c[j]
 
 
-@kernel(parallel=False)
+@kernel(parallel=False, inline=True)
 def _sub3(d, a, b, c):
     for j in range(d.shape[0]):
         d[j] = a[j] - b[j] - c[j]
