@@ -859,7 +859,11 @@ class Residual(Layer):
     strided 1x1 Conv2D and a BatchNorm2D) where the body changes the shape. Both paths must give
     the same shape. The gradient reaching x is the sum of both paths' input gradients. Parameter
     names nest as torch's: "body.0.weight", "shortcut.0.weight", ...
+    In a chain, a ReLU right after the block is applied by its add (``fused_relu``; the ReLU then
+    passes values and gradients through).
     """
+
+    fused_relu = False  # set by fuse_chain when a ReLU follows
 
     def __init__(self, layers: Iterable[Layer], shortcut: Iterable[Layer] | None = None) -> None:
         super().__init__()
@@ -954,11 +958,15 @@ class Residual(Layer):
         for layer in self.shortcut or []:
             s = layer.infer(s) if inference else layer.forward(s, training)
         y = self._buf("y", out_shape)
-        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1))
+        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1), relu=self.fused_relu)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        if self.fused_relu:  # the gradient through the ReLU that the forward applied
+            masked = self._buf("dy_relu", dy.shape)
+            self.backend.relu_backward(masked.reshape(-1), dy.reshape(-1), self._buffers["y"].reshape(-1))
+            dy = masked
         grads: list[Any] = []
         for _, path in self._paths():
             g: Any = dy
@@ -998,7 +1006,7 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
     GEMM epilogue: the full-size activation is never written, read back or backpropagated
     through). ``enabled=False`` undoes them all."""
     for layer in layers:
-        if isinstance(layer, (Conv2D, BatchNorm2D)):
+        if isinstance(layer, (Conv2D, BatchNorm2D, Residual)):
             layer.fused_relu = False
         if isinstance(layer, Conv2D):
             layer.fused_pool = None
@@ -1014,6 +1022,9 @@ def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
         return
     for i, layer in enumerate(layers[:-1]):
         relu = layers[i + 1]
+        if isinstance(layer, Residual) and isinstance(relu, ReLU):  # the add applies it
+            layer.fused_relu = relu.fused = True
+            continue
         if not (isinstance(layer, (Conv2D, BatchNorm2D)) and isinstance(relu, ReLU)):
             continue
         layer.fused_relu = True

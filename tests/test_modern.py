@@ -13,19 +13,19 @@ from numbacnn.training import onecycle
 
 
 def _bn_net(seed=0):
-    """conv, BatchNorm2D (+ fused ReLU), an identity and a projection residual block, global
-    pooling, dense, BatchNorm1D: every new layer and path."""
+    """conv, BatchNorm2D (+ fused ReLU), an identity block (+ fused ReLU) and a projection residual
+    block, global pooling, dense, BatchNorm1D: every new layer and path."""
     return nc.Sequential([
         nc.Conv2D(2, 3, 3, padding=1), nc.BatchNorm2D(3), nc.ReLU(),
         nc.Residual([nc.Conv2D(3, 3, 3, padding=1), nc.BatchNorm2D(3), nc.ReLU(),
-                     nc.Conv2D(3, 3, 3, padding=1)]),
+                     nc.Conv2D(3, 3, 3, padding=1)]), nc.ReLU(),  # applied by the block's add
         nc.Residual([nc.Conv2D(3, 4, 3, stride=2, padding=1), nc.Tanh()],
                     shortcut=[nc.Conv2D(3, 4, 1, stride=2), nc.BatchNorm2D(4)]),
         nc.GlobalAvgPool2D(), nc.Dense(4, 5), nc.BatchNorm1D(5), nc.Tanh(), nc.Dense(5, 3)], seed=seed)
 
 
 BN_SPEC = [("conv", 1, 1), ("bn", 1e-5), ("relu",),
-           ("res", [("conv", 1, 1), ("bn", 1e-5), ("relu",), ("conv", 1, 1)], None),
+           ("res", [("conv", 1, 1), ("bn", 1e-5), ("relu",), ("conv", 1, 1)], None), ("relu",),
            ("res", [("conv", 2, 1), ("tanh",)], [("conv", 2, 0), ("bn", 1e-5)]),
            ("gap",), ("dense",), ("bn", 1e-5), ("tanh",), ("dense",)]
 
@@ -43,6 +43,7 @@ def _perturbed(net, rng):
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_bn_residual_gap_network_gradients_match_finite_differences(rng, smoothing):
     net = _bn_net()
+    assert net.layers[1].fused_relu and net.layers[2].fused  # the block's add applies the ReLU
     _perturbed(net, rng)
     x = f32(rng.standard_normal((4, 2, 7, 7)))
     y = rng.integers(0, 3, 4)

@@ -83,7 +83,7 @@ def test_batchnorm_residual_gap_match_pytorch_in_both_modes_and_three_steps(opt_
                 tgrads[k].grad.zero_()
         opt.step()
         topt.step()
-    assert flat == {"0.bias", "3.body.0.bias", "4.shortcut.0.bias", "4.shortcut.1.bias", "6.bias"}
+    assert flat == {"0.bias", "3.body.0.bias", "5.shortcut.0.bias", "5.shortcut.1.bias", "7.bias"}
     tstate = tnet.state_dict()
     for k, v in net.state_dict().items():  # weights, running statistics, num_batches_tracked
         np.testing.assert_allclose(v, tstate[k].numpy().reshape(v.shape), rtol=1e-3, atol=1e-4,

@@ -180,9 +180,9 @@ class Backend:
     def normalize_backward(self, dx, dy, std) -> None:
         launch(self.kernels.normalize_backward, dx, dy, std)
 
-    def add(self, y, a, b) -> None:
-        """y = a + b, flat."""
-        launch(self.kernels.add, y, a, b)
+    def add(self, y, a, b, relu: bool = False) -> None:
+        """y = a + b, flat; max(a + b, 0) with ``relu``."""
+        launch(self.kernels.add_relu if relu else self.kernels.add, y, a, b)
 
     def dense_forward(self, y, x, w, b) -> None:
         launch(self.kernels.dense_forward, y, x, w, b)

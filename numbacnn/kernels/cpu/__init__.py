@@ -2,6 +2,7 @@
 from ._util import sum_parts
 from .activations import (
                           add,
+                          add_relu,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -33,7 +34,8 @@ from .pool import (
 )
 
 __all__ = [
-    "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval", "batchnorm_forward_train",
+    "add", "add_relu", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
+    "batchnorm_forward_train",
     "gather_augment",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",

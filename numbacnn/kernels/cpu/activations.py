@@ -132,3 +132,25 @@ def add(y, a, b):
 def _add_block(ys, as_, bs):
     for i in range(ys.shape[0]):
         ys[i] = as_[i] + bs[i]
+
+
+@kernel()
+def add_relu(y, a, b):
+    """y = max(a + b, 0) (NaN stays NaN): a residual block's output with the ReLU after it
+    (one pass over memory fewer). (M,) flat."""
+    M = y.shape[0]
+    if M <= _BLOCK:
+        _add_relu_block(y, a, b)
+        return
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        _add_relu_block(y[lo:hi], a[lo:hi], b[lo:hi])
+
+
+@kernel(parallel=False)
+def _add_relu_block(ys, as_, bs):
+    zero = np.float32(0.0)
+    for i in range(ys.shape[0]):
+        v = as_[i] + bs[i]
+        ys[i] = v if not v < zero else zero

@@ -36,6 +36,14 @@ def _tanh_backward(dx, dy, y):
 
 
 @cuda.jit
+def _add_relu(y, a, b):
+    i = cuda.grid(1)
+    if i < y.size:
+        v = a[i] + b[i]
+        y[i] = v if not v < 0.0 else 0.0
+
+
+@cuda.jit
 def _add(y, a, b):
     i = cuda.grid(1)
     if i < y.size:
@@ -44,6 +52,10 @@ def _add(y, a, b):
 
 def add(y, a, b):
     _add[grid(y.size)](y, a, b)
+
+
+def add_relu(y, a, b):
+    _add_relu[grid(y.size)](y, a, b)
 
 
 def relu_forward(y, x):
