@@ -125,6 +125,12 @@ def single_thread_kernel_blas() -> None:
             _blas_arch = str(getattr(lib, "architecture", "") or "")
 
 
+def kernel_blas_core() -> str:
+    """The OpenBLAS core (threadpoolctl's name, e.g. "SkylakeX") of the BLAS the kernels call, or ""."""
+    single_thread_kernel_blas()
+    return _blas_arch
+
+
 def small_gemm_macs() -> int:
     """The largest GEMM (multiply-adds) that the kernels' BLAS multiplies with its small-matrix
     kernels, less a margin; 0 when it has none (the plans then leave their GEMMs whole)."""

@@ -512,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     print("float32 FMA peak (own loop): "
           + ", ".join(f"{t} thr {g:.0f} GFLOP/s" for t, g in fma_peaks.items()) + "; numpy sgemm 2048^3: "
           + ", ".join(f"{t} thr {g:.0f} ({100 * g / fma_peaks[t]:.0f} %)" for t, g in peaks.items()))
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    print(f"kernels' BLAS: OpenBLAS {_config.kernel_blas_core() or '(core unknown)'}"
+          + (f" (OPENBLAS_CORETYPE={forced} is set: OpenBLAS runs that core's kernels, numpy's and "
+             f"onnxruntime's speed are not this CPU's)" if forced else ""))
     for net in nets:
         fwd, train = flops_per_image(build_network(net, SHAPE, N_CLASSES, seed=0))
         print(f"{net}: {fwd / 1e6:.2f} MFLOP/image forward, {train / 1e6:.2f} MFLOP/image training")

@@ -200,13 +200,13 @@ class PositionsPlan(CpuConvPlan):
         ((oy * SH) * Wp + ox * SW) * Ci (made once per input size)."""
         g = self.geometry
         h, w = shape[2], shape[3]
-        if ws.get("xo_for") != (h, w):
+        key = f"xo_{h}x{w}"  # workspaces hold arrays only (summary counts their bytes)
+        if key not in ws:
             oh, ow = g.out_hw(h, w)
             oy, ox = np.divmod(np.arange(oh * ow, dtype=np.int64), ow)
             wp = w + 2 * g.padding[1]
-            ws["xo"] = (oy * g.stride[0] * wp + ox * g.stride[1]) * g.in_channels
-            ws["xo_for"] = (h, w)
-        return ws["xo"]
+            ws[key] = (oy * g.stride[0] * wp + ox * g.stride[1]) * g.in_channels
+        return ws[key]
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
