@@ -183,8 +183,10 @@ np.savez(sys.argv[1], **out)
 _PY_MODE_SPECS = [  # every conv strategy, fused and unfused pooling, padding and strides
     ("conv(4,3,padding=1),relu,maxpool(2),conv(8,3,stride=2),relu,dense(6),tanh", (8, 9, 9)),
     ("conv(12,3),relu,maxpool(2),conv(4,2),avgpool(2),dense(5)", (12, 10, 10)),
-    # FMA blocks: 16 x 16 transposes in and out, 6 x 32 blocks under a strided, fused pool
-    ("conv(16,3,padding=1),relu,conv(32,3,stride=2),relu,maxpool(2),dense(5)", (16, 5, 17)),
+    # FMA blocks: 16 x 16 transposes in and out, 6 x 32 blocks under a strided, fused pool, the
+    # input gradient of a 16-channel stride-1 layer
+    ("conv(16,3,padding=1),relu,conv(16,3,padding=1),relu,conv(32,3,stride=2),relu,maxpool(2),dense(5)",
+     (16, 5, 17)),
     ("conv(12,3,stride=2,padding=1),relu,maxpool(2),dense(5),relu", (12, 9, 9)),
     ("conv(32,3,padding=1),relu,maxpool(2),dense(5)", (32, 4, 18)),  # Winograd, transposed plane rows
 ]

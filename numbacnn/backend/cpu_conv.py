@@ -37,6 +37,8 @@ def packed_from(ws: Workspace, key: str, weight: np.ndarray) -> np.ndarray:
 
 _ALWAYS = np.zeros(0, np.int32)  # no record: the kernel packs on every call
 _NO_OFFSETS = np.zeros(0, np.int64)  # the "positions" forward by columns and a GEMM
+_NO_WEIGHTS = np.zeros((0, 0, 0, 0), np.float32)  # and its input gradient likewise
+_NO_PLANES = np.zeros((1, 0), np.float32)
 
 
 class CpuConvPlan(ConvPlan):
@@ -216,13 +218,44 @@ class PositionsPlan(CpuConvPlan):
         group = group_size(g, L, x.shape[0])
         wk = ws.buf("wk", (co, kh, kw, ci))
         launch(K.copy_strided, wk, weight.transpose(0, 2, 3, 1))
+        fma_dx = need_dx and self.fma_input_gradient
+        cols_dx = need_dx and not fma_dx
+        if fma_dx:  # the input gradient as a convolution by the FMA blocks (conv2d_backward_positions)
+            h, w = x.shape[2:]
+            wr = ws.buf("wr", (kh, kw, co, ci))
+            launch(K.copy_strided, wr, weight[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
+            gp = ws.buf("gp", (self.slots, (h + kh - 1) * (w + kw - 1) * co))
+            dxw = ws.buf("dxw", (self.slots, h * w * ci))
+            xo = self._gradient_offsets(ws, x.shape)
+        else:
+            wr, gp, dxw, xo = _NO_WEIGHTS, _NO_PLANES, _NO_PLANES, _NO_OFFSETS
         launch(K.conv2d_backward_positions,
                dx, dw_parts, db_parts, ws.buf("gw", (self.slots, co, group * L)),
                ws.buf("bcols", (self.slots, group * L, g.ckk)),
-               ws.buf("dcols", (self.slots, group * L, g.ckk) if need_dx else (self.slots, 1, 1)),
+               ws.buf("dcols", (self.slots, group * L, g.ckk) if cols_dx else (self.slots, 1, 1)),
                ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
                dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx,
-               relu, *(pool or (0, 0)), *positions_gemm_rows(g, group * L))
+               relu, *(pool or (0, 0)), *positions_gemm_rows(g, group * L), wr, gp, dxw, xo)
+
+    @property
+    def fma_input_gradient(self) -> bool:
+        """Whether the backward computes the input gradient by the FMA blocks, as the convolution of
+        the zero-padded output gradient with the rotated filters: stride 1, input channels in whole
+        vectors of 16, padding smaller than the kernel."""
+        g = self.geometry
+        return (g.stride == (1, 1) and g.in_channels % 16 == 0 and g.padding[0] < g.kernel[0]
+                and g.padding[1] < g.kernel[1])
+
+    def _gradient_offsets(self, ws: Workspace, shape: tuple[int, ...]) -> np.ndarray:
+        """Where each input position's first tap lies in the transposed, padded output-gradient
+        plane (width W + KW - 1, Co channels), (H * W,) int64 (made once per input size)."""
+        g = self.geometry
+        h, w = shape[2], shape[3]
+        key = f"xo_dx_{h}x{w}"
+        if key not in ws:
+            i, j = np.divmod(np.arange(h * w, dtype=np.int64), w)
+            ws[key] = (i * (w + g.kernel[1] - 1) + j) * g.out_channels
+        return ws[key]
 
 
 # The "positions" forward splits an example's output rows into blocks whose GEMM has at most

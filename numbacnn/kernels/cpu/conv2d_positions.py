@@ -57,33 +57,35 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
     """xtf (flat ((R1 - R0) * Wp, C)) = rows R0 .. R1 - 1 of the zero-padded plane of x (C, H, W),
     transposed."""
     C, H, W = x.shape
+    _transpose_planes(xtf, np.ascontiguousarray(x).reshape(C * H * W), H * W, 0, C, H, W, PH, PW, R0, R1)
+
+
+@kernel(parallel=False)
+def _transpose_planes(xtf, xf, pitch, base, C, H, W, PH, PW, R0, R1):
+    """_transpose_padded of the planes (H, W) that lie at xf[base + c * pitch:], c < C."""
     Wp = W + 2 * PW
     zero = np.float32(0.0)
     if PH > 0 or PW > 0:
         for i in range((R1 - R0) * Wp * C):
             xtf[i] = zero
     if C % 16 == 0 and W >= 16:  # 16 x 16 blocks transposed in registers (the last may overlap)
-        HW = H * W
-        xf = np.ascontiguousarray(x).reshape(C * HW)
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):
             d0 = ((PH + i - R0) * Wp + PW) * C
             for c0 in range(0, C, 16):
                 for j in range(0, W, 16):
                     j0 = min(j, W - 16)
                     d = d0 + j0 * C + c0
-                    transpose16(xtf, d, d + C, 2 * C, xf, c0 * HW + i * W + j0, HW)
+                    transpose16(xtf, d, d + C, 2 * C, xf, base + c0 * pitch + i * W + j0, pitch)
         return
     if C % 16 == 0:  # 16 channels of a position per vector gather, as conv2d_winograd._plane
-        HW = H * W
-        xf = np.ascontiguousarray(x).reshape(C * HW)
         for i in range(max(0, R0 - PH), min(H, R1 - PH)):
             d0 = ((PH + i - R0) * Wp + PW) * C
             for j in range(W):
-                gather_channels(xtf, d0 + j * C, xf, C, HW, i * W + j)
+                gather_channels(xtf, d0 + j * C, xf, C, pitch, base + i * W + j)
         return
     for i in range(max(0, R0 - PH), min(H, R1 - PH)):  # a plane row (in L1) at a time
         for c in range(C):
-            src = x[c, i]
+            src = xf[base + c * pitch + i * W:base + c * pitch + i * W + W]
             d0 = ((PH + i - R0) * Wp + PW) * C + c
             for j in range(W):
                 xtf[d0 + j * C] = src[j]
@@ -230,13 +232,13 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
 
 
 @kernel(parallel=False)
-def _epilogue_rows(of, R, r0, ytf, b, OW, rows, relu):
+def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
     """_epilogue_positions without a pool, for Co divisible by 16 and OW >= 16: bias and ReLU on
-    the (rows * OW, Co) block ytf in place (along its channels), then 16 x 16 blocks transposed
-    into output rows r0 .. r0 + rows - 1 of of, the example's output (Co, R, OW) read flat."""
-    Co = b.shape[0]
+    the (rows * OW, Co) block ytf in place (along its channels; none when b is empty), then 16 x 16
+    blocks transposed into output rows r0 .. r0 + rows - 1 of of, the example's output (Co, R, OW)
+    read flat."""
     zero = np.float32(0.0)
-    for p in range(rows * OW):
+    for p in range(rows * OW if b.shape[0] > 0 else 0):
         v = ytf[p * Co:(p + 1) * Co]
         if relu:
             for co in range(Co):
@@ -300,7 +302,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
                 sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
                       np.float32(0.0), yf, 0, Co)
             if PKH == 0 and xo.shape[0] > 0 and OW >= 16:
-                _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, OW, r1 - r0, relu)
+                _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, Co, OW, r1 - r0, relu)
             else:
                 _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
                                     yf, argmax_too)
@@ -309,7 +311,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
 @kernel()
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x,
                               wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH,
-                              PKW, KB, MB):
+                              PKW, KB, MB, wr, gp, dxw, xo):
     """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
     parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts);
     its GEMMs cover ``group`` examples at a time.
@@ -325,6 +327,12 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols (T, group * L, ckk);
     xt (T, Hp * Wp, Ci); gmask (T, at least Co * PH * PW) and gidx (int32, (T, at least
     (Co + 1) * PH * PW)) when pooled.
+    xo: empty, or (stride 1, Ci divisible by 16, PH < KH, PW < KW) the input gradient by the FMA
+    blocks of microkernel.direct_positions (no dcols, no GEMM, no col2im): the convolution of
+    each example's gradient, zero-padded by (KH - 1 - PH, KW - 1 - PW) and transposed channel-last
+    into gp (T, its plane), with wr (KH, KW, Co, Ci), the weights rotated by 180 degrees
+    (wr[ky, kx, co, ci] = w[co, ci, KH - 1 - ky, KW - 1 - kx]); xo (H * W,) the offsets of the
+    input positions in that plane; dxw (T, H * W * Ci) holds the channel-last result.
     """
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
@@ -358,7 +366,24 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
                 kn = min(KB, G * L - k0)
                 sgemm(False, False, Co, ckk, kn, np.float32(1.0), gf, k0, PG, cf, k0 * ckk, ckk,
                       np.float32(1.0) if g0 > 0 or k0 > 0 else zero, dwf, 0, ckk)
-            if need_dx:
+            if need_dx and xo.shape[0] > 0:
+                QH, QW = KH - 1 - PH, KW - 1 - PW
+                gpf = gp[t]
+                dyf = dxw[t]
+                for e in range(G):
+                    _transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH)
+                    direct_positions(dyf, gpf, xo, wr.reshape(KH * KW * Co * Ci), H * W, Ci, KH, KW * Co,
+                                     (OW + 2 * QW) * Co)
+                    dxn = dx[n0 + g0 + e]
+                    if W >= 16:
+                        _epilogue_rows(dxn.reshape(Ci * H * W), H, 0, dyf, dyf[:0], Ci, W, H, False)
+                    else:
+                        for ci in range(Ci):
+                            for i in range(H):
+                                row = dxn[ci, i]
+                                for j in range(W):
+                                    row[j] = dyf[(i * W + j) * Ci + ci]
+            elif need_dx:
                 # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk), MB rows at a time
                 dcf = dcols[t].reshape(PG * ckk)
                 for m0 in range(0, G * L, MB):
