@@ -190,6 +190,11 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
+            # numpy reads only an array's own bytes, so a member whose sizes were damaged can load
+            # altered data without reaching the end where zipfile checks the CRC: check every one
+            bad = z.zip.testzip() if hasattr(z, "zip") else None
+            if bad is not None:
+                raise DataError(f"{path}: corrupt .npz file (member {bad} fails its CRC check)")
             if "classes" in keys:
                 classes = _class_names(z["classes"], f"{path}[classes]")
             if {"x_train", "y_train"} <= keys:
