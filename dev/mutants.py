@@ -328,6 +328,20 @@ MUTANTS = [
     M("stratified split rounds class shares down", "numbacnn/data/__init__.py",
       'extra = np.argsort(-(quota - take), kind="stable")', 'extra = np.argsort(quota - take, kind="stable")',
       ["tests/test_data.py", "-k", "stratified"]),
+    M("FMA blocks: the register transpose stores odd rows with the even ones", K + "_util.py",
+      "builder.store(rows[r], row(bases[r & 1], dstride, r >> 1), align=4)",
+      "builder.store(rows[r], row(bases[0], dstride, r >> 1), align=4)",
+      ["tests/test_kernels.py", "-k", "fma_blocks"]),
+    M("FMA blocks: the unpooled epilogue drops the bias", K + "conv2d_positions.py",
+      "                v[co] += b[co]", "                v[co] += 0",
+      ["tests/test_kernels.py", "-k", "conv2d_forward_backward_match_oracle and 17-33"]),
+    M("FMA blocks: the input gradient's plane is padded one row short", K + "conv2d_positions.py",
+      "_transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH)",
+      "_transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + QH)",
+      ["tests/test_kernels.py", "-k", "conv2d_forward_backward_match_oracle and 20-18-48"]),
+    M("residual: the fused ReLU's add keeps negative sums", K + "activations.py",
+      "        ys[i] = v if not v < zero else zero", "        ys[i] = v",
+      ["tests/test_kernels.py", "-k", "add_relu"]),
 ]
 
 
