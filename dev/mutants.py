@@ -340,7 +340,7 @@ MUTANTS = [
       "_transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + QH)",
       ["tests/test_kernels.py", "-k", "conv2d_forward_backward_match_oracle and 20-18-48"]),
     M("residual: the fused ReLU's add keeps negative sums", K + "activations.py",
-      "        ys[i] = v if not v < zero else zero", "        ys[i] = v",
+      "            ys[i] = v if not v < zero else zero", "            ys[i] = v",
       ["tests/test_kernels.py", "-k", "add_relu"]),
 ]
 

@@ -785,12 +785,12 @@ def test_fma_blocks_and_16x16_transposes(rng):
 
 @pytest.mark.parametrize("n", [7, 100_000])  # one block, and blocks in parallel
 def test_add_relu_is_relu_of_the_sum_and_keeps_nan(rng, n):
-    """add_relu (a residual block's add with the ReLU after it) against NumPy: the same bits as
+    """add with relu (a residual block's add with the ReLU after it) against NumPy: the same bits as
     max(a + b, 0) in float32, NaN kept (as relu_forward keeps it)."""
     a, b = f32(rng.standard_normal(n)), f32(rng.standard_normal(n))
     a[0] = np.nan
     y = np.empty_like(a)
-    K.add_relu(y, a, b)
+    K.add(y, a, b, True)
     want = a + b
     want[want < 0] = 0
     np.testing.assert_array_equal(y, want)

@@ -182,7 +182,7 @@ class Backend:
 
     def add(self, y, a, b, relu: bool = False) -> None:
         """y = a + b, flat; max(a + b, 0) with ``relu``."""
-        launch(self.kernels.add_relu if relu else self.kernels.add, y, a, b)
+        launch(self.kernels.add, y, a, b, relu)
 
     def dense_forward(self, y, x, w, b) -> None:
         launch(self.kernels.dense_forward, y, x, w, b)

@@ -199,16 +199,11 @@ class PositionsPlan(CpuConvPlan):
 
     def _tap_offsets(self, ws: Workspace, shape: tuple[int, ...]) -> np.ndarray:
         """Where each output position's first tap lies in the transposed padded plane, (L,) int64:
-        ((oy * SH) * Wp + ox * SW) * Ci (made once per input size)."""
+        ((oy * SH) * Wp + ox * SW) * Ci."""
         g = self.geometry
         h, w = shape[2], shape[3]
-        key = f"xo_{h}x{w}"  # workspaces hold arrays only (summary counts their bytes)
-        if key not in ws:
-            oh, ow = g.out_hw(h, w)
-            oy, ox = np.divmod(np.arange(oh * ow, dtype=np.int64), ow)
-            wp = w + 2 * g.padding[1]
-            ws[key] = (oy * g.stride[0] * wp + ox * g.stride[1]) * g.in_channels
-        return ws[key]
+        return _offsets(ws, *g.out_hw(h, w), g.stride[0] * (w + 2 * g.padding[1]), g.stride[1],
+                        g.in_channels)
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
         g = self.geometry
@@ -251,11 +246,7 @@ class PositionsPlan(CpuConvPlan):
         plane (width W + KW - 1, Co channels), (H * W,) int64 (made once per input size)."""
         g = self.geometry
         h, w = shape[2], shape[3]
-        key = f"xo_dx_{h}x{w}"
-        if key not in ws:
-            i, j = np.divmod(np.arange(h * w, dtype=np.int64), w)
-            ws[key] = (i * (w + g.kernel[1] - 1) + j) * g.out_channels
-        return ws[key]
+        return _offsets(ws, h, w, w + g.kernel[1] - 1, 1, g.out_channels)
 
 
 # The "positions" forward splits an example's output rows into blocks whose GEMM has at most
@@ -280,6 +271,18 @@ def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
     if rows_fit < MIN_GEMM_ROWS or rows * per_row <= small_gemm_macs():
         return rows, rows
     return rows_fit, rows_fit
+
+
+def _offsets(ws: Workspace, rows: int, cols: int, row_step: int, col_step: int, channels: int
+             ) -> np.ndarray:
+    """(rows * cols,) int64: (i * row_step + j * col_step) * channels for position (i, j), row-major:
+    where positions start in a channel-last plane (the FMA blocks' ``xo``), made once per shape and
+    kept in the workspace (which holds arrays only: the summary counts their bytes)."""
+    key = f"xo_{rows}_{cols}_{row_step}_{col_step}_{channels}"
+    if key not in ws:
+        i, j = np.divmod(np.arange(rows * cols, dtype=np.int64), cols)
+        ws[key] = (i * row_step + j * col_step) * channels
+    return ws[key]
 
 
 def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None, direct: bool = False

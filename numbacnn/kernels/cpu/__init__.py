@@ -2,7 +2,6 @@
 from ._util import sum_parts
 from .activations import (
                           add,
-                          add_relu,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -34,7 +33,7 @@ from .pool import (
 )
 
 __all__ = [
-    "add", "add_relu", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
+    "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
     "batchnorm_forward_train",
     "gather_augment",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",

@@ -115,42 +115,27 @@ def _tanh_grad_block(dxs, dys, ys):
 
 
 @kernel()
-def add(y, a, b):
-    """y = a + b (a residual block's output, and the sum of its two paths' input gradients).
-    (M,) flat."""
+def add(y, a, b, relu):
+    """y = a + b (a residual block's output, and the sum of its two paths' input gradients); with
+    relu, max(a + b, 0) (NaN stays NaN): the ReLU after a residual block, one pass over memory
+    fewer. (M,) flat."""
     M = y.shape[0]
     if M <= _BLOCK:
-        _add_block(y, a, b)
+        _add_block(y, a, b, relu)
         return
     for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
         lo = blk * _BLOCK
         hi = min(M, lo + _BLOCK)
-        _add_block(y[lo:hi], a[lo:hi], b[lo:hi])
+        _add_block(y[lo:hi], a[lo:hi], b[lo:hi], relu)
 
 
 @kernel(parallel=False)
-def _add_block(ys, as_, bs):
-    for i in range(ys.shape[0]):
-        ys[i] = as_[i] + bs[i]
-
-
-@kernel()
-def add_relu(y, a, b):
-    """y = max(a + b, 0) (NaN stays NaN): a residual block's output with the ReLU after it
-    (one pass over memory fewer). (M,) flat."""
-    M = y.shape[0]
-    if M <= _BLOCK:
-        _add_relu_block(y, a, b)
-        return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _add_relu_block(y[lo:hi], a[lo:hi], b[lo:hi])
-
-
-@kernel(parallel=False)
-def _add_relu_block(ys, as_, bs):
+def _add_block(ys, as_, bs, relu):
     zero = np.float32(0.0)
-    for i in range(ys.shape[0]):
-        v = as_[i] + bs[i]
-        ys[i] = v if not v < zero else zero
+    if relu:
+        for i in range(ys.shape[0]):
+            v = as_[i] + bs[i]
+            ys[i] = v if not v < zero else zero
+    else:
+        for i in range(ys.shape[0]):
+            ys[i] = as_[i] + bs[i]

@@ -7,7 +7,6 @@ Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUM
 """
 from .activations import (
                           add,
-                          add_relu,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -30,7 +29,7 @@ from .pool import (
 )
 
 __all__ = [
-    "add", "add_relu", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
+    "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
     "batchnorm_forward_train",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",

@@ -36,26 +36,16 @@ def _tanh_backward(dx, dy, y):
 
 
 @cuda.jit
-def _add_relu(y, a, b):
+def _add(y, a, b, relu):
     i = cuda.grid(1)
     if i < y.size:
         v = a[i] + b[i]
-        y[i] = v if not v < 0.0 else 0.0
+        y[i] = v if not (relu and v < 0.0) else 0.0
 
 
-@cuda.jit
-def _add(y, a, b):
-    i = cuda.grid(1)
-    if i < y.size:
-        y[i] = a[i] + b[i]
-
-
-def add(y, a, b):
-    _add[grid(y.size)](y, a, b)
-
-
-def add_relu(y, a, b):
-    _add_relu[grid(y.size)](y, a, b)
+def add(y, a, b, relu):
+    """y = a + b; max(a + b, 0) with relu (as the CPU kernel)."""
+    _add[grid(y.size)](y, a, b, relu)
 
 
 def relu_forward(y, x):
