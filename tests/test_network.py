@@ -176,8 +176,9 @@ SPECS = {
                           (2, 17, 17)),
     "grouped GEMMs": ("conv(8,3,padding=1),relu,conv(32,3),relu,maxpool(2),conv(32,3,padding=1),"
                       "relu,dense(40)", (1, 10, 10)),
-    # 3 blocks of rows an example ("positions": a Winograd layer runs it on odd output sides)
-    "row blocks": ("conv(64,3,padding=1),relu,dense(10)", (64, 7, 7)),
+    # 3 blocks of rows an example ("positions": a Winograd layer runs it on odd output sides; 60
+    # output channels: columns and GEMMs, whose blocks the shapes choose, not FMA blocks)
+    "row blocks": ("conv(60,3,padding=1),relu,dense(10)", (64, 7, 7)),
     # Winograd: a fused pool over odd rows, tile-row blocks, weight GEMMs collected across a part's
     # examples and flushed between them (96 x 96 channels: 97 tiles at most, 36 an example)
     "winograd": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
