@@ -2,6 +2,7 @@
 
     python dev/mutants.py              # every mutant (about 10 minutes on 2 cores)
     python dev/mutants.py -k dense     # mutants whose name contains "dense"
+    python dev/mutants.py --start 55   # resume a long run at the 55th mutant
     python dev/mutants.py --list
 
 For each mutant: copy numbacnn/, tests/ and train.py (with the numba cache, file times kept) to a
@@ -391,8 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-k", default="", help="only mutants whose name contains this text")
     p.add_argument("--list", action="store_true")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
+    p.add_argument("--start", type=int, default=1, help="skip the selected mutants before this number")
     args = p.parse_args(argv)
-    chosen = [m for m in MUTANTS if args.k.lower() in m.name.lower()]
+    chosen = [m for m in MUTANTS if args.k.lower() in m.name.lower()][max(args.start, 1) - 1:]
     if args.list:
         for m in chosen:
             print(f"{m.name}  [{m.path}; {' '.join(m.tests)}]")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -10,11 +11,23 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .kernels import cpu as K
-from .layers import Conv2D, Dropout, Layer, Residual, Shape, fuse_chain
+from .layers import Conv2D, Dropout, Flatten, Layer, Residual, Shape, fuse_chain
 from .program import InferenceProgram
 
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
+# activation bytes per CPU core that an inference slice's widest layer (its input and output) may
+# fill: slices of networks with large activations stay in the caches (modern, resnet8 at batch
+# 256: 1.2-1.3x the img/s of one slice of 256 on 2 cores; docs/performance.md, session 23)
+SLICE_BYTES_PER_CORE = 3 << 20
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
+
+
+def _writes_nothing(layer: Layer) -> bool:
+    """Whether ``layer``'s inference writes no activation of its own: it is fused into the layer
+    before it (a ReLU, a folded BatchNorm2D, a pooling in a convolution's epilogue), a view
+    (Flatten) or the identity (Dropout)."""
+    return (isinstance(layer, (Flatten, Dropout)) or getattr(layer, "fused", False)
+            or getattr(layer, "infer_folded", False) or getattr(layer, "infer_fused", False))
 
 
 class Sequential:
@@ -147,8 +160,8 @@ class Sequential:
         """Run the layers on x (N, C, H, W) float32; returns a new (N, ...) host array.
 
         ``training=True`` applies dropout and keeps the caches that ``backward`` needs;
-        ``training=False`` runs in slices of at most EVAL_BATCH examples to bound memory, unless
-        ``keep``: then in one batch, keeping every layer's caches for a following ``backward``
+        ``training=False`` runs in slices (``eval_slice``) to bound memory and stay in the caches,
+        unless ``keep``: then in one batch, keeping every layer's caches for a following ``backward``
         (inference-mode gradients, such as saliency). ``upto``: run ``self.layers[:upto]`` only
         (``upto=-1``: the features that the last layer reads). ``visit(i, layer, input, output)``
         is called after each layer (arrays of the network's device; implies ``keep``).
@@ -160,16 +173,39 @@ class Sequential:
             self._can_backward = upto is None
             return to_host(h).copy()
         self._can_backward = False
-        parts = []
         replay = self.device == "cpu" and self._folds_inside(upto)
-        for lo in range(0, x.shape[0], EVAL_BATCH):
-            xs = x[lo:lo + EVAL_BATCH]
+        n, size = x.shape[0], self.eval_slice(x.shape[1:]) if replay else EVAL_BATCH
+        out = None
+        for lo in range(0, n, size):
+            xs = x[lo:lo + size]
             if replay:
                 h = self._inference(xs.shape, upto).run(xs)
             else:
-                h = self.through(self.backend.asarray(xs), False, upto)
-            parts.append(to_host(h).copy())
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+                h = to_host(self.through(self.backend.asarray(xs), False, upto))
+            if out is None:
+                if len(xs) == n:
+                    return h.copy()
+                out = np.empty((n, *h.shape[1:]), h.dtype)
+            out[lo:lo + len(xs)] = h
+        assert out is not None
+        return out
+
+    def eval_slice(self, in_shape: Shape) -> int:
+        """Examples per slice of an inference forward on the CPU for inputs of ``in_shape``: the
+        largest power of two (16 to EVAL_BATCH) whose widest layer (input and output activations)
+        fits SLICE_BYTES_PER_CORE per core of the machine (``os.cpu_count``: not the thread count,
+        so that the slices, and with them the results, are the same at any thread count)."""
+        widest, shape, start = 0, tuple(in_shape), tuple(in_shape)
+        for layer in self.layers:
+            if not _writes_nothing(layer):  # a new activation begins; the one before ends here
+                widest, start = max(widest, math.prod(start) + math.prod(shape)), shape
+            shape = layer.output_shape(shape)
+        widest = 4 * max(widest, math.prod(start) + math.prod(shape))
+        fits = SLICE_BYTES_PER_CORE * (os.cpu_count() or 1) // widest
+        size = 16
+        while size * 2 <= min(fits, EVAL_BATCH):
+            size *= 2
+        return size
 
     def _folds_inside(self, upto: int | None) -> bool:
         """Whether ``layers[:upto]`` holds every layer that its inference folds reach (a Conv2D's

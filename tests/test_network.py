@@ -309,3 +309,25 @@ def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
     assert any(tmp_path.rglob("*.nbc"))  # the second run had a cache to load
     assert runs[0].stdout == runs[1].stdout
+
+
+def test_inference_slices_follow_the_widest_written_activation(rng, monkeypatch):
+    """eval_slice: the largest power of two whose widest layer (input and output as inference
+    writes them: the fused ReLU and pool, the folded BatchNorm add nothing) fits the per-core
+    budget; forward(training=False) runs those slices, the same bits as calling it on each."""
+    import numbacnn.network as nw
+
+    net = nc.Sequential([nc.Conv2D(1, 4, 3, padding=1), nc.BatchNorm2D(4), nc.ReLU(), nc.MaxPool2D(2),
+                         nc.Flatten(), nc.Dense(4 * 4 * 4, 3)], seed=0)
+    widest = 4 * (8 * 8 + 4 * 4 * 4)  # bytes: the convolution's input and its pooled output
+    monkeypatch.setattr(nw.os, "cpu_count", lambda: 2)
+    for budget, size in ((widest * 16, 32), (widest * 16 - 1, 16), (widest * 9, 16),
+                         (widest * 64, 128), (widest * 10_000, nw.EVAL_BATCH)):
+        monkeypatch.setattr(nw, "SLICE_BYTES_PER_CORE", budget)
+        assert net.eval_slice((1, 8, 8)) == size, budget
+    monkeypatch.setattr(nw, "SLICE_BYTES_PER_CORE", widest * 20 // 2)  # 20 examples fit: 16
+    x = f32(rng.random((2 * 16 + 5, 1, 8, 8)))
+    whole = net.forward(x)
+    np.testing.assert_array_equal(
+        whole, np.concatenate([net.forward(x[lo:lo + 16]) for lo in range(0, len(x), 16)]))
+    np.testing.assert_allclose(whole, net.forward(x, keep=True), rtol=1e-5, atol=1e-5)  # one batch
