@@ -101,6 +101,7 @@ class Sequential:
         fuse_chain(self.layers, enabled)
         # recorded with the old kernels: dropped
         self._programs: dict[tuple[Shape, int | None], InferenceProgram] = {}
+        self._slices: dict[Shape, int] = {}  # eval_slice by input shape (the fusions decide it)
 
     def _bind_views(self) -> None:
         for i, layer in enumerate(self.layers):
@@ -113,6 +114,7 @@ class Sequential:
             raise TypeError("move the network to the CPU (net.to('cpu')) before pickling it")
         state = self.__dict__.copy()
         state["_programs"] = {}  # recorded calls hold this process's buffers
+        state["_slices"] = {}  # the receiving machine's cores decide them
         state["grads"] = None  # gradients are scratch: zeros again after unpickling
         return state
 
@@ -195,6 +197,13 @@ class Sequential:
         largest power of two (16 to EVAL_BATCH) whose widest layer (input and output activations)
         fits SLICE_BYTES_PER_CORE per core of the machine (``os.cpu_count``: not the thread count,
         so that the slices, and with them the results, are the same at any thread count)."""
+        slices = self.__dict__.setdefault("_slices", {})
+        size = slices.get(tuple(in_shape))
+        if size is None:
+            size = slices[tuple(in_shape)] = self._eval_slice(tuple(in_shape))
+        return size
+
+    def _eval_slice(self, in_shape: Shape) -> int:
         widest, shape, start = 0, tuple(in_shape), tuple(in_shape)
         for layer in self.layers:
             if not _writes_nothing(layer):  # a new activation begins; the one before ends here

@@ -166,6 +166,37 @@ def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P, pla
     np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
 
 
+
+@pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P", [
+    (150, 16, 12, 11, 48, 3, 1, 1),  # positions: backward GEMMs in pieces across examples and groups
+    (130, 32, 5, 6, 33, 3, 1, 0),  # Winograd: weight GEMMs over collected tiles, several per part
+])
+def test_conv2d_forward_backward_match_oracle_in_gemm_pieces(rng, monkeypatch, N, Ci, H, W, Co, K, S, P):
+    """The plans cut GEMMs into pieces of _config.small_gemm_macs() multiply-adds (0, no cuts,
+    unless the BLAS has small-matrix kernels: not under OPENBLAS_CORETYPE=Haswell) and Winograd's
+    weight gradient collects WINOGRAD_DW_TILES tiles at most (at least a block of WINOGRAD_TILES):
+    all forced small here, so that the pieces are summed (not overwritten) whatever BLAS the tests
+    run with."""
+    import numbacnn.backend.cpu_conv as cc
+
+    monkeypatch.setattr(cc, "small_gemm_macs", lambda: 100_000)
+    monkeypatch.setattr(cc, "WINOGRAD_DW_TILES", 8)
+    monkeypatch.setattr(cc, "WINOGRAD_TILES", 2)  # blocks of one tile row (2 tiles) here
+    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), "chosen")
+    x = f32(rng.standard_normal((N, Ci, H, W)))
+    y = layer.forward(x, training=True)
+    _ran_as_chosen(layer)
+    assert layer.strategy == ("winograd" if Ci == 32 else "positions")
+    np.testing.assert_allclose(y, ref.conv2d_forward(x, layer.weight, layer.bias, S, (P, P)),
+                               rtol=1e-4, atol=1e-4)
+    dout = f32(rng.standard_normal(y.shape))
+    dx = layer.backward(dout)
+    rdx, rdw, rdb = ref.conv2d_backward(dout, x, layer.weight, S, (P, P))
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
+
+
 POOL_CASES = [  # (N, C, H, W, K, S, P)
     (2, 3, 8, 8, 2, 2, 0),
     (3, 2, 7, 9, 2, 2, 0),  # odd sizes: last row/column dropped
