@@ -461,48 +461,6 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
 ]
 
 
-
-F4_CASES = [  # (N, Ci, H, W, Co, padding, pool): inference by Winograd F(4x4, 3x3)
-    (1, 32, 28, 28, 32, 1, True),  # modern's first pair: 7 x 7 tiles, 4 blocks of tile rows
-    (2, 32, 14, 14, 64, 1, False),  # a last tile past the output (16 of 14 rows and columns)
-    (1, 16, 13, 18, 16, 2, False),  # padding 2, odd output height
-    (3, 20, 18, 10, 24, 0, True),  # unpadded, channels not divisible by 16
-    (2, 20, 12, 11, 24, 1, True),  # an odd output width that the pool drops
-]
-
-
-@pytest.mark.parametrize("N,Ci,H,W,Co,P,pool", F4_CASES)
-def test_conv_inference_winograd_f4_matches_oracle(rng, N, Ci, H, W, Co, P, pool):
-    """Inference (forward(training=False)) runs 3x3 stride-1 Winograd layers by F(4x4, 3x3) where
-    its tiles fit (runs_f4), with the fused ReLU and pool: the float64 oracle's values to the
-    larger rounding of its transforms; training's forward keeps F(2x2, 3x3)."""
-    from numbacnn.backend.cpu_conv import WinogradPlan
-
-    layers = [nc.Conv2D(Ci, Co, 3, padding=P), nc.ReLU()] + ([nc.MaxPool2D(2)] if pool else [])
-    net = nc.Sequential(layers, seed=0)
-    conv = net.layers[0]
-    conv._plan = WinogradPlan(conv.geometry)
-    conv.plan.always = True
-    net._fuse()
-    x = f32(rng.standard_normal((N, Ci, H, W)))
-    y = net.forward(x)
-    assert "w4v" in conv._buffers  # F(4x4, 3x3) ran
-    expect = np.maximum(ref.conv2d_forward(x, conv.weight, conv.bias, 1, (P, P)), 0)
-    if pool:
-        expect = ref.maxpool2d_forward(expect, 2, 2, 0)[0]
-    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(net.forward(x, training=True), expect, rtol=1e-4, atol=1e-4)
-    x[0, 0, H // 2, W // 3] = np.nan  # a pooled example with a NaN: the epilogue's scalar path
-    y = net.forward(x)
-    expect = np.maximum(ref.conv2d_forward(x, conv.weight, conv.bias, 1, (P, P)), 0)
-    if pool:
-        expect = ref.maxpool2d_forward(expect, 2, 2, 0)[0]
-    assert np.isnan(y[np.isnan(expect)]).all()  # NaN reaches whatever it touches (and a tile more)
-    good = ~np.isnan(y)
-    assert good.sum() > y.size // 2
-    np.testing.assert_allclose(y[good], expect[good], rtol=1e-4, atol=1e-4)
-
-
 def test_pools_over_128_elements_are_not_fused():
     """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
     for pool, fused in (((8, 16), True), ((9, 15), False)):

@@ -349,11 +349,6 @@ WINOGRAD_DW_TILES = 256
 # 64 -> 64 layer at batch 1: 0.99x); before, with a transform every call, 48 was the best threshold
 # (docs/performance.md).
 WINOGRAD_MIN_TILES = 24
-# Inference runs F(4x4, 3x3) (conv2d_winograd4.py: 36 GEMMs per 16 outputs instead of 16 per 4)
-# where its 4x4 tiles cover the computed output with at most WINOGRAD4_WASTE times its positions
-# (modern's 28 x 28 and 14 x 14 layers: 1.0 and 1.31), in blocks of about WINOGRAD4_TILES tiles.
-WINOGRAD4_WASTE = 1.35
-WINOGRAD4_TILES = 32
 
 
 class WinogradPlan(CpuConvPlan):
@@ -404,20 +399,11 @@ class WinogradPlan(CpuConvPlan):
         """Tile rows per block for rows of tw tiles (the shapes only, never the thread count)."""
         return max(1, WINOGRAD_TILES // tw)
 
-    def runs_f4(self, shape: tuple[int, ...], pool: Pair | None = None) -> bool:
-        """Whether an inference forward of this input shape runs F(4x4, 3x3) (the shapes only)."""
-        oh, ow = self.computed(*self.geometry.out_hw(*shape[2:]), pool)
-        th, tw = -(-oh // 4), -(-ow // 4)
-        return ((not pool or 4 % pool[0] == 0) and oh >= 4 and ow >= 4
-                and 16 * th * tw <= WINOGRAD4_WASTE * oh * ow)
-
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                 backward: bool = True) -> Any:
         self.ran_winograd = self.runs_winograd(x.shape, pool)
         if not self.ran_winograd:
             return self.fallback.forward(ws, x, weight, bias, relu, pool, backward)
-        if not backward and self.runs_f4(x.shape, pool):
-            return self._infer_f4(ws, x, weight, bias, relu, pool)
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
@@ -437,31 +423,6 @@ class WinogradPlan(CpuConvPlan):
                ws.buf("sw", (self.slots, 8 * (tw + 1) * max(ci, co))),
                ws.buf("pw", (self.slots, (2 * tiles // tw + 2) * (2 * tw + 2) * ci)), x, u, bias,
                *g.padding, relu, *(pool or (0, 0)), blocks, backward)
-        return y
-
-    def _infer_f4(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None
-                  ) -> Any:
-        """The inference forward by F(4x4, 3x3) (conv2d_infer_winograd4; no backward follows)."""
-        y, argmax = self.outputs(ws, x, pool)
-        g = self.geometry
-        ci, co = g.in_channels, g.out_channels
-        n, _, h, w = x.shape
-        oh, ow = g.out_hw(h, w)
-        ch, cw = self.computed(oh, ow, pool)
-        th, tw = -(-ch // 4), -(-cw // 4)
-        blocks = min(th, max(-(-th // max(1, WINOGRAD4_TILES // tw)), -(-MIN_BLOCKS // n)))
-        rows = -(-th // blocks)  # the largest block's tile rows
-        tiles = rows * tw
-        wq = -(-(max(4 * tw, ow) + 2) // 4) * 4
-        u = ws.buf("wino4_u", (36, ci, co))
-        launch(K.winograd4_filters, u, weight, packed_from(ws, "wino4_u_from", weight))
-        skew = K.conv2d_winograd4.SKEW
-        launch(K.conv2d_infer_winograd4, y, argmax, ws.buf("w4y", (self.slots, 16 * tiles * co)),
-               ws.buf("w4v", (self.slots, 36 * (tiles * ci + skew))),
-               ws.buf("w4m", (self.slots, 36 * (tiles * co + skew))),
-               ws.buf("w4s", (self.slots, max(6 * wq * ci, 24 * tw * co))),
-               ws.buf("w4p", (self.slots, 2 * (4 * rows + 2) * wq * ci)), x, u, bias, *g.padding, relu,
-               *(pool or (0, 0)), blocks)
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,

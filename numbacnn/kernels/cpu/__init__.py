@@ -18,7 +18,6 @@ from .conv2d_winograd import (
                           winograd_filter_gradient,
                           winograd_filters,
 )
-from .conv2d_winograd4 import conv2d_infer_winograd4, winograd4_filters
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy
@@ -43,7 +42,6 @@ __all__ = [
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "position_filters",
     "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",
-    "conv2d_infer_winograd4", "winograd4_filters",
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",

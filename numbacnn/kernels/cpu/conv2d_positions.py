@@ -57,16 +57,15 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
     """xtf (flat ((R1 - R0) * Wp, C)) = rows R0 .. R1 - 1 of the zero-padded plane of x (C, H, W),
     transposed."""
     C, H, W = x.shape
-    _transpose_planes(xtf, np.ascontiguousarray(x).reshape(C * H * W), H * W, 0, C, H, W, PH, PW, R0, R1,
-                      W + 2 * PW)
+    _transpose_planes(xtf, np.ascontiguousarray(x).reshape(C * H * W), H * W, 0, C, H, W, PH, PW, R0, R1)
 
 
 @kernel(parallel=False)
-def _transpose_planes(xtf, xf, pitch, base, C, H, W, PH, PW, R0, R1, Wp):
-    """_transpose_padded of the planes (H, W) that lie at xf[base + c * pitch:], c < C, into rows
-    of Wp >= W + PW positions (zeros right of the input, and below it)."""
+def _transpose_planes(xtf, xf, pitch, base, C, H, W, PH, PW, R0, R1):
+    """_transpose_padded of the planes (H, W) that lie at xf[base + c * pitch:], c < C."""
+    Wp = W + 2 * PW
     zero = np.float32(0.0)
-    if PH > 0 or PW > 0 or Wp > W or R1 > H:
+    if PH > 0 or PW > 0:
         for i in range((R1 - R0) * Wp * C):
             xtf[i] = zero
     if C % 16 == 0 and W >= 16:  # 16 x 16 blocks transposed in registers (the last may overlap)
@@ -150,11 +149,8 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
 @kernel(parallel=False)
 def _slot(ox, half):
     """Where position ox of an output row lies in its row: ox itself, or with half > 0 (the rows of
-    conv2d_winograd.py: even columns first, then odd ones) (ox % 2) * half + ox // 2, or with
-    half < 0 (conv2d_winograd4.py's: columns grouped mod 4) (ox % 4) * -half + ox // 4."""
-    if half >= 0:
-        return ox if half == 0 else (ox & 1) * half + (ox >> 1)
-    return (ox & 3) * -half + (ox >> 2)
+    conv2d_winograd.py: even columns first, then odd ones) (ox % 2) * half + ox // 2."""
+    return ox if half == 0 else (ox & 1) * half + (ox >> 1)
 
 
 @kernel(parallel=False)
@@ -185,18 +181,6 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
                 else:
                     for ox in range(PW):
                         dst[ox] = src[ox * Co + co] + bias
-        return
-    if PKH == 0 and half < 0:  # columns grouped mod 4: as above, a run of a group at a time
-        q = -half
-        for oy in range(PH):
-            for co in range(Co):
-                dst = o[co, oy]
-                bias = b[co]
-                for g in range(4):
-                    src = ytf[(oy * OW + g * q) * Co + co:]
-                    for tx in range(min(q, (PW - g + 3) // 4)):
-                        v = src[tx * Co] + bias
-                        dst[4 * tx + g] = (v if not v < zero else zero) if relu else v
         return
     if PKH == 0:
         for oy in range(PH):
@@ -237,7 +221,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
                     o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3)
         return
     src = ytf
-    if half != 0:
+    if half > 0:
         src = work[:ytf.shape[0]]
         for p in range(ytf.shape[0] // Co):  # row y, position x back in order
             s0 = (p - p % OW + _slot(p % OW, half)) * Co
@@ -387,7 +371,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
                 gpf = gp[t]
                 dyf = dxw[t]
                 for e in range(G):
-                    _transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH, OW + 2 * QW)
+                    _transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH)
                     direct_positions(dyf, gpf, xo, wr.reshape(KH * KW * Co * Ci), H * W, Ci, KH, KW * Co,
                                      (OW + 2 * QW) * Co)
                     dxn = dx[n0 + g0 + e]
