@@ -343,6 +343,15 @@ MUTANTS = [
     M("residual: the fused ReLU's add keeps negative sums", K + "activations.py",
       "            ys[i] = v if not v < zero else zero", "            ys[i] = v",
       ["tests/test_kernels.py", "-k", "add_relu"]),
+    M("inference pool by transposes: a window's second row read one position left",
+      K + "conv2d_positions.py",
+      "rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]\n            dst",
+      "rd = ytf[(jb + OW - 1) * Co:(jb + OW - 1) * Co + Co]\n            dst",
+      ["tests/test_kernels.py", "-k", "pool_by_transposes"]),
+    M("inference pool by transposes: pooled rows written from the block's first row",
+      K + "conv2d_positions.py",
+      "d = (c0 * R + r0) * PW + p0", "d = c0 * R * PW + p0",
+      ["tests/test_kernels.py", "-k", "pool_by_transposes"]),
 ]
 
 

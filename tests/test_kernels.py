@@ -461,6 +461,36 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
 ]
 
 
+
+@pytest.mark.parametrize("N,Ci,H,W,Co,P", [
+    (1, 32, 28, 28, 32, 1),  # one example in 4 blocks of pooled rows (r0 > 0)
+    (4, 32, 13, 12, 48, 0),  # an odd output row that the pool drops
+    (4, 32, 10, 10, 64, 1),  # 25 pooled positions: the last 16 overlap the first 16
+    (1, 32, 10, 10, 64, 1),  # blocks of fewer than 16 pooled positions: the epilogue's own path
+])
+def test_winograd_inference_pool_by_transposes_matches_training(rng, N, Ci, H, W, Co, P):
+    """Inference's fused 2x2 pool on Winograd layers with 16k channels pools along the channels and
+    transposes (pool2x2_transposed): the training forward's bits (max then bias and ReLU equals
+    ReLU then max), the oracle's values, and an example holding a NaN takes the exact path."""
+    from numbacnn.backend.cpu_conv import WinogradPlan
+
+    net = nc.Sequential([nc.Conv2D(Ci, Co, 3, padding=P), nc.ReLU(), nc.MaxPool2D(2)], seed=0)
+    conv = net.layers[0]
+    conv._plan = WinogradPlan(conv.geometry)
+    conv.plan.always = True
+    net._fuse()
+    x = f32(rng.standard_normal((N, Ci, H, W)))
+    expect = ref.maxpool2d_forward(
+        np.maximum(ref.conv2d_forward(x, conv.weight, conv.bias, 1, (P, P)), 0), 2, 2, 0)[0]
+    y = net.forward(x)
+    np.testing.assert_array_equal(y, net.forward(x, training=True))
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
+    x[-1, 0, H // 2, W // 2] = np.nan
+    y = net.forward(x)
+    np.testing.assert_array_equal(y, net.forward(x, training=True))  # NaN where training has it
+    assert np.isnan(y[-1]).any() and not np.isnan(y[:-1]).any()
+
+
 def test_pools_over_128_elements_are_not_fused():
     """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
     for pool, fused in (((8, 16), True), ((9, 15), False)):

@@ -232,6 +232,43 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
 
 
 @kernel(parallel=False)
+def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
+    """Inference's fused 2x2 max pool (no argmax), bias and ReLU of the position-major ytf (read
+    as _epilogue_positions reads it) into pooled rows r0 .. r0 + rows - 1 of the example's output
+    of (flat (Co, R, PW)): the maxima along the channels into a channel-last scratch ``work``
+    (rows * PW * Co floats, not ytf), then 16 x 16 register transposes into the channel rows (the
+    last block of positions overlaps the one before), instead of a store per channel and window
+    a plane apart. For Co divisible by 16 and rows * PW >= 16. Returns False, writing nothing, when
+    ytf holds a NaN or an infinity (_epilogue_positions' exact path then pools it)."""
+    Co = b.shape[0]
+    zero = np.float32(0.0)
+    bad = zero
+    for i in range(ytf.shape[0]):  # vectorises; NaN once any value is NaN or infinite
+        bad += ytf[i] * zero
+    if bad != bad:
+        return False
+    P = rows * PW
+    for py in range(rows):
+        for px in range(PW):
+            ja = 2 * py * OW + _slot(2 * px, half)  # the window's positions
+            jb = 2 * py * OW + _slot(2 * px + 1, half)
+            ra = ytf[ja * Co:ja * Co + Co]
+            rb = ytf[jb * Co:jb * Co + Co]
+            rc = ytf[(ja + OW) * Co:(ja + OW) * Co + Co]
+            rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
+            dst = work[(py * PW + px) * Co:(py * PW + px + 1) * Co]
+            for co in range(Co):
+                v = max(max(ra[co], rb[co]), max(rc[co], rd[co])) + b[co]
+                dst[co] = v if v > zero else zero
+    for c0 in range(0, Co, 16):
+        for p in range(0, P, 16):
+            p0 = min(p, P - 16)
+            d = (c0 * R + r0) * PW + p0
+            transpose16(of, d, d + R * PW, 2 * R * PW, work, p0 * Co + c0, Co)
+    return True
+
+
+@kernel(parallel=False)
 def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
     """_epilogue_positions without a pool, for Co divisible by 16 and OW >= 16: bias and ReLU on
     the (rows * OW, Co) block ytf in place (along its channels; none when b is empty), then 16 x 16

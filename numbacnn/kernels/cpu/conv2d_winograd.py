@@ -26,7 +26,7 @@ from ..._config import kernel
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, gather_channels, part_bounds, transpose16, unchanged
 from .blas import sgemm
-from .conv2d_positions import _epilogue_positions
+from .conv2d_positions import _epilogue_positions, pool2x2_transposed
 
 # The 16 transformed matrices of a block lie SKEW floats more than their size apart: at a size of
 # 4 KiB (16 channels x 64 tiles) the 16 streams of a transform otherwise fall into the same cache
@@ -353,6 +353,11 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
                 r0, r1 = 0, R
             else:  # PKH == 2: pooled row p reads tile row p
                 r0, r1 = t0, min(t1, R)
+            if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0
+                    and (r1 - r0) * out.shape[3] >= 16
+                    and pool2x2_transposed(out[n].reshape(out.shape[1] * R * out.shape[3]), R, r0, yf,
+                                           b, 2 * TW, TW, r1 - r0, out.shape[3], mw[t])):
+                continue
             if r1 > r0:
                 _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
                                     PKW, TW, mw[t], argmax_too)
