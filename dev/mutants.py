@@ -352,6 +352,9 @@ MUTANTS = [
       K + "conv2d_positions.py",
       "d = (c0 * R + r0) * PW + p0", "d = c0 * R * PW + p0",
       ["tests/test_kernels.py", "-k", "pool_by_transposes"]),
+    M("inference slices count the activations that fused layers never write", "numbacnn/network.py",
+      "if not _writes_nothing(layer):  # a new activation begins", "if True:  # a new activation begins",
+      ["tests/test_network.py", "-k", "widest_written"]),
 ]
 
 
