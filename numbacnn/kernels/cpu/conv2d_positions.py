@@ -153,6 +153,14 @@ def _slot(ox, half):
     return ox if half == 0 else (ox & 1) * half + (ox >> 1)
 
 
+@kernel(parallel=False, inline=True)
+def _window_max(v0, v1, v2, v3, bias):
+    """Inference's fused 2x2 pool of one channel (no argmax): the window's maximum plus the bias,
+    then ReLU (the maximum of the ReLUs of v + bias: rounding is monotonic)."""
+    v = max(max(v0, v1), max(v2, v3)) + bias
+    return v if v > np.float32(0.0) else np.float32(0.0)
+
+
 @kernel(parallel=False)
 def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
@@ -205,8 +213,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
                 rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
                 if not argmax_too:
                     for co in range(Co):
-                        v = max(max(ra[co], rb[co]), max(rc[co], rd[co])) + b[co]
-                        o[co, py, px] = v if v > zero else zero
+                        o[co, py, px] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
                     continue
                 for co in range(Co):
                     bias = b[co]
@@ -258,8 +265,7 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
             rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
             dst = work[(py * PW + px) * Co:(py * PW + px + 1) * Co]
             for co in range(Co):
-                v = max(max(ra[co], rb[co]), max(rc[co], rd[co])) + b[co]
-                dst[co] = v if v > zero else zero
+                dst[co] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
     for c0 in range(0, Co, 16):
         for p in range(0, P, 16):
             p0 = min(p, P - 16)
