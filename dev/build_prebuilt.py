@@ -59,7 +59,8 @@ def workloads() -> None:
                                  label_smoothing=0.1 if i == 1 else 0.0)
             trainer.fit(x, y, 1, x, y)
         nc.evaluate(net, x, y)
-        net.forward(x, training=False)
+        for _ in range(4):  # an inference program's runs after the first two are one team region
+            net.forward(x, training=False)
         net.predict_proba(x)
         logits = net.forward(x, training=True)
         _, d = nc.softmax_cross_entropy(logits, y)

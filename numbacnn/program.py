@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ._config import get_num_threads
 from .backend.calls import Call, capture
 
 
@@ -134,12 +135,20 @@ class StepProgram:
         self._compiled = compiled(calls)
 
 
+# Runs of an inference program before it switches to one team region (backend/team.py): compiling
+# the team for a new call sequence takes about 0.4 s once per machine (numba caches it; the presets'
+# are prebuilt), which a one-off prediction should not pay.
+TEAM_AFTER = 2
+
+
 class InferenceProgram:
     """The inference forward (``training=False``) of ``net`` through ``layers[:upto]`` for inputs of
     one ``shape`` on the CPU, recorded on the first ``run`` (the layers' ``infer``, inside
     ``capture``: BatchNorm folded into the convolution before it, with its ReLU and pool) and
     replayed after: the same kernel calls on the same buffers, so the same bits, without the layers'
     checks and workspace lookups (tens of microseconds a call: most of a batch-1 prediction).
+    From the run after TEAM_AFTER on, the calls run as one team region where they can (all of
+    them in one OpenMP parallel region, backend/team.py: a few microseconds less a kernel call).
     ``run`` returns the last layer's buffer (overwritten by the next run). It records on a copy of
     its input in the program's own buffer; replays read a C-contiguous, writable float32 input
     where it lies (the calls that read the recording buffer, or views of it, get the caller's
@@ -152,35 +161,83 @@ class InferenceProgram:
         self.params = net.params
         self.x = np.empty(shape, np.float32)
         self.out: np.ndarray | None = None
+        self.calls: list[Call] = []
         self._compiled: list[Call] = []
         # per compiled call: None (fixed arguments), or the arguments that read the input:
         # (position, None) for the input itself, (position, (offset, shape, strides)) for a view
         self._reads: list[list[tuple[int, Any]] | None] | None = None
+        self._runs = 0
+        # the team: None (not tried yet), False (not possible), or _make_team's
+        self.team: Any = None
 
     def run(self, x: np.ndarray) -> np.ndarray:
         if self.out is None:
             np.copyto(self.x, x)
             with capture() as calls:
                 out = self.net.through(self.x, training=False, upto=self.upto, inference=True)
+            self.calls = calls
             self._compiled = compiled(calls)
             self.out = out
             self._reads = None if np.may_share_memory(out, self.x) else self._input_reads()
             return out
-        if (self._reads is None or x.dtype != np.float32 or x.shape != self.x.shape
-                or not (x.flags.c_contiguous and x.flags.writeable)):
+        self._runs += 1
+        if self.team is None and self._runs >= TEAM_AFTER:
+            self.team = self._make_team()
+        direct = (self._reads is not None and x.dtype == np.float32 and x.shape == self.x.shape
+                  and x.flags.c_contiguous and x.flags.writeable)
+        if not direct:
             np.copyto(self.x, x)
+        if self.team:
+            entry, items, _ = self.team
+            entry(self._with_input(items, x) if direct else items, get_num_threads())
+            return self.out
+        if not direct:
             for f, args in self._compiled:
                 f(*args)
             return self.out
-        for (f, args), reads in zip(self._compiled, self._reads):
-            if reads is None:
-                f(*args)
-                continue
-            a = list(args)
-            for k, view in reads:
-                a[k] = x if view is None else np.ndarray(view[1], np.float32, x, view[0], view[2])
-            f(*a)
+        for (f, args), reads in zip(self._compiled, self._reads or ()):
+            f(*(self._read(args, reads, x) if reads else args))
         return self.out
+
+    @staticmethod
+    def _read(args: tuple, reads: list[tuple[int, Any]], x: np.ndarray) -> tuple:
+        """``args`` with the input (or views of it, see ``_input_reads``) replaced by ``x``'s."""
+        a = list(args)
+        for k, view in reads:
+            a[k] = x if view is None else np.ndarray(view[1], np.float32, x, view[0], view[2])
+        return tuple(a)
+
+    def _with_input(self, items: tuple, x: np.ndarray) -> tuple:
+        """The team's items with the calls that read the input reading ``x``."""
+        reading = self.team[2]
+        if not reading:
+            return items
+        from .backend import team
+
+        out = list(items)
+        for k, reads in reading:
+            out[k] = team.with_args(out[k], self._read(out[k][-1], reads, x))
+        return tuple(out)
+
+    def _make_team(self) -> Any:
+        """(entry point, items, [(item index, input reads)]) of the team running this program's
+        calls, or False."""
+        import numba
+
+        from .backend import team
+
+        if not team.available():
+            return False
+        made = team.items(self.calls, numba.get_num_threads())
+        if made is None:
+            return False
+        items, order = made
+        from .kernels.cpu import team as kernel
+
+        kernel.run.compile((numba.typeof(items), numba.types.int64))
+        reading = [(k, self._reads[call]) for k, call in enumerate(order)
+                   if call >= 0 and self._reads and self._reads[call]]
+        return entry_point(kernel.run, (items, 1)), items, reading
 
     def _input_reads(self) -> list[list[tuple[int, Any]] | None]:
         """Where the recorded calls read the recording buffer self.x (see ``run``)."""

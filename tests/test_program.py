@@ -274,3 +274,104 @@ def test_replays_read_the_input_where_it_lies_and_never_write_it(arch):
     for xs in (x, x + np.float32(1)):  # layers[:-1] is the Flatten: its output views the input
         np.testing.assert_array_equal(features.forward(xs, upto=-1), xs.reshape(6, -1))
     assert features._inference(x.shape, -1)._reads is None
+
+
+def _team_or_skip():
+    import numba
+
+    from numbacnn.backend import team
+
+    numba.get_num_threads()
+    if numba.threading_layer() != "omp":
+        pytest.skip(f"team regions need numba's omp threading layer, not {numba.threading_layer()}")
+    assert team.available()  # omp: libgomp is loaded and its entry points bound
+    return team
+
+
+@pytest.mark.parametrize("arch,shape", [(a, (1, 12, 12)) for a in ARCHS]
+                         + [("lenet5", (1, 28, 28)), ("mnistcnn", (1, 28, 28)), ("modern", (1, 28, 28)),
+                            ("conv(8,3,padding=1),bn,relu,conv(8,3),tanh", (3, 9, 9))])
+def test_team_runs_give_the_replay_bits_at_any_thread_count(arch, shape, monkeypatch):
+    """From its third run an inference program runs its calls as one team region (one OpenMP
+    parallel region, barriers where calls depend on each other): the same bits as the replay and as
+    the layers' own forward, at 1 and 2 threads, batch 1 and 3, the input read in place or copied."""
+    _team_or_skip()
+    net = nc.build_network(arch, shape, 5, seed=1)
+    rng = np.random.default_rng(4)
+    for n in (1, 3):
+        x = rng.random((n, *shape), dtype=np.float32)
+        expect = net.through(x.copy(), False, inference=True).copy()
+        for run in range(4):
+            xs = x * np.float32(run + 1)
+            want = net.through(xs.copy(), False, inference=True).copy()
+            np.testing.assert_array_equal(net.forward(xs), want)
+        program = net._inference(x.shape, None)
+        assert program.team, "the program did not switch to a team"
+        for threads in (1, 2):
+            with _numba_threads(threads):
+                np.testing.assert_array_equal(net.forward(x), expect)
+                strided = np.zeros((n, *shape[:-1], 2 * shape[-1]), np.float32)
+                strided[..., ::2] = x
+                np.testing.assert_array_equal(net.forward(strided[..., ::2]), expect)  # copied first
+    monkeypatch.setenv("NUMBACNN_TEAM", "0")
+    replay = nc.build_network(arch, shape, 5, seed=1)
+    for _ in range(4):
+        out = replay.forward(x)
+    assert not replay._inference(x.shape, None).team
+    np.testing.assert_array_equal(out, expect)
+
+
+class _numba_threads:
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        import numba
+
+        self.saved = numba.get_num_threads()
+        numba.set_num_threads(min(self.n, numba.config.NUMBA_NUM_THREADS))
+
+    def __exit__(self, *exc):
+        import numba
+
+        numba.set_num_threads(self.saved)
+
+
+def test_team_barriers_go_where_calls_depend_on_each_other():
+    """Calls go into intervals between barriers as early as the memory they touch allows: an
+    independent call shares the first interval, a dependent one waits for the barrier, and the
+    team computes what the calls in order compute."""
+    team = _team_or_skip()
+    from numbacnn.kernels import cpu as K
+    from numbacnn.kernels.cpu import team as kernel
+
+    rng = np.random.default_rng(5)
+    x, z = rng.standard_normal((2, 20000)).astype(np.float32)  # 3 blocks of 8192
+    y1, y2, y3 = (np.zeros_like(x) for _ in range(3))
+    calls = [(K.relu_forward, (y1, x)), (K.add, (y2, y1, x, False)), (K.tanh_forward, (y3, z))]
+    items, order = team.items(calls, 2)
+    assert order == [0, 2, -1, 1]  # tanh touches nothing of the others; add reads relu's output
+    assert items[2] == () and items[0][1] == 3
+    kernel.run(items, 2)
+    np.testing.assert_array_equal(y1, np.maximum(x, 0))
+    np.testing.assert_array_equal(y2, np.maximum(x, 0) + x)
+    want = np.empty_like(x)
+    K.tanh_forward(want, z)
+    np.testing.assert_array_equal(y3, want)
+    filters = (np.zeros((16, 2, 2), np.float32), rng.random((2, 2, 3, 3), dtype=np.float32), False,
+               np.zeros(72, np.float32), np.zeros(0, np.int32))
+    serial = [(K.relu_forward, (y1, x)), (K.winograd_filters, filters)]
+    items, order = team.items(serial, 2)
+    assert order == [0, 1] and items[1][1] < 0  # a serial call beside the blocks, on one thread
+    assert team.items([(K.dense_backward, ())], 2) is None  # no team form: the program replays
+
+
+def test_a_forked_child_does_not_use_team_regions():
+    """GNU OpenMP's threads do not survive a fork: a child process replays instead."""
+    import multiprocessing
+
+    team = _team_or_skip()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(team.available) is False
+    assert team.available()

@@ -3,7 +3,9 @@ forward and backward.
 
 Each prange iteration handles one block through slices indexed from 0 (see optim.py: a computed
 offset kept the loops from vectorising). An array of one block runs without a parallel region: opening
-one costs about 1.3 us more than the block itself at batch-1 sizes."""
+one costs about 1.3 us more than the block itself at batch-1 sizes. The forwards' blocks are
+functions of their own (``X_blocks`` counts them, ``X_block(i, ...)`` runs block i) so that an
+inference program can run them in its own parallel region (team.py)."""
 import numpy as np
 from numba import prange
 
@@ -12,17 +14,34 @@ from ..._config import kernel
 _BLOCK = 8192
 
 
+@kernel(parallel=False)
+def blocks(M):
+    """Blocks of _BLOCK elements in an array of M (at least one)."""
+    return max(1, (M + _BLOCK - 1) // _BLOCK)
+
+
+@kernel(parallel=False)
+def relu_forward_blocks(y, x):
+    return blocks(y.shape[0])
+
+
+@kernel(parallel=False, fastmath=False)
+def relu_forward_block(i, y, x):
+    """Block i of relu_forward: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
+    lo = i * _BLOCK
+    hi = min(y.shape[0], lo + _BLOCK)
+    _relu_block(y[lo:hi], x[lo:hi])
+
+
 @kernel(fastmath=False)
 def relu_forward(y, x):
     """y = max(x, 0) (NaN propagates). y, x: (M,) flat."""
-    M = x.shape[0]
-    if M <= _BLOCK:
-        _relu_block(y, x)
+    n = relu_forward_blocks(y, x)
+    if n == 1:
+        relu_forward_block(0, y, x)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _relu_block(y[lo:hi], x[lo:hi])
+    for i in prange(n):  # disjoint element ranges
+        relu_forward_block(i, y, x)
 
 
 @kernel(parallel=False, fastmath=False)
@@ -62,14 +81,25 @@ def tanh_forward(y, x):
     (benchmarks/fit_tanh.py); evaluated in float32 the error is at most 5.4 ulp (3.2e-7) on
     [-12, 12], and odd symmetry, |tanh| <= 1, tanh(+-0) = +-0, +-inf -> +-1 and NaN -> NaN hold exactly.
     """
-    M = x.shape[0]
-    if M <= _BLOCK:
-        _tanh_block(y, x)
+    n = tanh_forward_blocks(y, x)
+    if n == 1:
+        tanh_forward_block(0, y, x)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _tanh_block(y[lo:hi], x[lo:hi])
+    for i in prange(n):  # disjoint element ranges
+        tanh_forward_block(i, y, x)
+
+
+@kernel(parallel=False)
+def tanh_forward_blocks(y, x):
+    return blocks(y.shape[0])
+
+
+@kernel(parallel=False)
+def tanh_forward_block(i, y, x):
+    """Block i of tanh_forward: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
+    lo = i * _BLOCK
+    hi = min(y.shape[0], lo + _BLOCK)
+    _tanh_block(y[lo:hi], x[lo:hi])
 
 
 @kernel(parallel=False)
@@ -119,14 +149,25 @@ def add(y, a, b, relu):
     """y = a + b (a residual block's output, and the sum of its two paths' input gradients); with
     relu, max(a + b, 0) (NaN stays NaN): the ReLU after a residual block, one pass over memory
     fewer. (M,) flat."""
-    M = y.shape[0]
-    if M <= _BLOCK:
-        _add_block(y, a, b, relu)
+    n = add_blocks(y, a, b, relu)
+    if n == 1:
+        add_block(0, y, a, b, relu)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _add_block(y[lo:hi], a[lo:hi], b[lo:hi], relu)
+    for i in prange(n):  # disjoint element ranges
+        add_block(i, y, a, b, relu)
+
+
+@kernel(parallel=False)
+def add_blocks(y, a, b, relu):
+    return blocks(y.shape[0])
+
+
+@kernel(parallel=False)
+def add_block(i, y, a, b, relu):
+    """Block i of add: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
+    lo = i * _BLOCK
+    hi = min(y.shape[0], lo + _BLOCK)
+    _add_block(y[lo:hi], a[lo:hi], b[lo:hi], relu)
 
 
 @kernel(parallel=False)

@@ -54,14 +54,27 @@ def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batc
 def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
     """Normalise with the running statistics (evaluation mode). mean, invstd: (C,) float32, the
     statistics used, kept for an inference-mode backward. Shapes as in the training forward."""
-    C = x.shape[1]
-    for c in prange(C):  # one channel per iteration: disjoint outputs
-        inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
-        mean[c] = running_mean[c]
-        invstd[c] = np.float32(inv)
-        a = np.float32(weight[c] * inv)
-        b = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
-        _affine(y, x, c, a, b, relu)
+    for c in prange(batchnorm_forward_eval_blocks(y, mean, invstd, x, running_mean, running_var, weight,
+                                                  bias, eps, relu)):  # one channel per iteration
+        batchnorm_forward_eval_block(c, y, mean, invstd, x, running_mean, running_var, weight, bias, eps,
+                                     relu)
+
+
+@kernel(parallel=False)
+def batchnorm_forward_eval_blocks(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
+    return x.shape[1]
+
+
+@kernel(parallel=False)
+def batchnorm_forward_eval_block(c, y, mean, invstd, x, running_mean, running_var, weight, bias, eps,
+                                 relu):
+    """Channel c of batchnorm_forward_eval."""
+    inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
+    mean[c] = running_mean[c]
+    invstd[c] = np.float32(inv)
+    a = np.float32(weight[c] * inv)
+    b = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
+    _affine(y, x, c, a, b, relu)
 
 
 @kernel(parallel=False)
@@ -138,18 +151,6 @@ def _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu):
 FOLD_SERIAL = 1 << 17
 
 
-@kernel(parallel=False, inline=True)
-def _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c):
-    """batchnorm_fold for output channel c (inlined into both of its loops)."""
-    inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
-    a = np.float32(weight[c] * inv)
-    shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
-    ws, wfs = w[c], wf[c]
-    for k in range(w.shape[1]):
-        wfs[k] = a * ws[k]
-    bf[c] = a * b[c] + shift
-
-
 @kernel()
 def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
     """A convolution followed by BatchNorm in evaluation mode, as one convolution: with
@@ -157,10 +158,33 @@ def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
     wf[c] = a[c] * w[c] and bf[c] = a[c] * b[c] + (bias[c] - running_mean[c] * a[c]).
     wf, w: (Co, K) (the weights, flat per output channel); bf, b and the rest: (Co,).
     Output channels in parallel above FOLD_SERIAL weights (the same values either way)."""
+    n = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+    if n == 1:
+        batchnorm_fold_block(0, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+        return
+    for c in prange(n):  # one output channel per iteration
+        batchnorm_fold_block(c, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+
+
+@kernel(parallel=False)
+def batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+    """1 (every channel in one block) up to FOLD_SERIAL weights, else one block per channel."""
     Co, K = w.shape
-    if Co * K <= FOLD_SERIAL:
-        for c in range(Co):
-            _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c)
-    else:
-        for c in prange(Co):  # one output channel per iteration
-            _fold_channel(wf, bf, w, b, weight, bias, running_mean, running_var, eps, c)
+    return 1 if Co * K <= FOLD_SERIAL else Co
+
+
+@kernel(parallel=False)
+def batchnorm_fold_block(i, wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+    """Block i of batchnorm_fold (batchnorm_fold_blocks): every channel, or channel i. The
+    channel loop is written out here: through an inlined helper per channel it ran 2.7x slower
+    (modern's 64 x 576 fold: 5.7 us against 2.1)."""
+    c0, c1 = (0, w.shape[0]) if batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean,
+                                                      running_var, eps) == 1 else (i, i + 1)
+    for c in range(c0, c1):
+        inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
+        a = np.float32(weight[c] * inv)
+        shift = np.float32(bias[c] - running_mean[c] * weight[c] * inv)
+        ws, wfs = w[c], wf[c]
+        for k in range(wfs.shape[0]):
+            wfs[k] = a * ws[k]
+        bf[c] = a * b[c] + shift

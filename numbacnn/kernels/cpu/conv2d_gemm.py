@@ -87,18 +87,28 @@ def conv2d_forward_gemm(out, cols, x, w, b, SH, SW, PH, PW, relu):
 
     out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     """
-    N = x.shape[0]
+    for n in prange(conv2d_forward_gemm_blocks(out, cols, x, w, b, SH, SW, PH, PW, relu)):
+        conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu)  # out[n], cols[n]
+
+
+@kernel(parallel=False)
+def conv2d_forward_gemm_blocks(out, cols, x, w, b, SH, SW, PH, PW, relu):
+    return x.shape[0]
+
+
+@kernel(parallel=False)
+def conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu):
+    """Example n of conv2d_forward_gemm: writes only out[n] and cols[n]."""
     Co, Ci, KH, KW = w.shape
     OHW = out.shape[2] * out.shape[3]
     ckk = Ci * KH * KW
     wf = w.reshape(Co * ckk)
-    for n in prange(N):  # each example writes only out[n] and cols[n]
-        im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
-        o = out[n].reshape(Co, OHW)
-        sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
-              OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
-        for co in range(Co):
-            bias_relu(o[co], b[co], relu)
+    im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
+    o = out[n].reshape(Co, OHW)
+    sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
+          OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
+    for co in range(Co):
+        bias_relu(o[co], b[co], relu)
 
 
 @kernel()

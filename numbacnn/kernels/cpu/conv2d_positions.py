@@ -319,6 +319,22 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     ((oy * SH) * Wp + ox * SW) * Ci: then no columns and no GEMM, the FMA blocks of
     microkernel.direct_positions read the transposed plane itself (cols unused).
     """
+    for i in prange(conv2d_forward_positions_blocks(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH,
+                                                    KW, relu, PKH, PKW, S, argmax_too, xo)):
+        conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
+                                       PKH, PKW, S, argmax_too, xo)
+
+
+@kernel(parallel=False)
+def conv2d_forward_positions_blocks(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
+                                    PKH, PKW, S, argmax_too, xo):
+    return x.shape[0] * S
+
+
+@kernel(parallel=False)
+def conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
+                                   PKH, PKW, S, argmax_too, xo):
+    """Block i of conv2d_forward_positions: its rows of out[n] (n = i // S), its thread's workspaces."""
     N, Ci, H, W = x.shape
     Co = wt.shape[1]
     OH = conv_out(H, KH, SH, PH)
@@ -328,27 +344,26 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     wf = wt.reshape(ckk * Co)
     R = OH // PKH if PKH > 0 else OH  # rows of the epilogue's output
     U = PKH if PKH > 0 else 1  # convolution rows per epilogue row
-    for i in prange(N * S):  # each block writes its rows of out[n] and its thread's workspaces
-        n = i // S
-        r0, r1 = part_bounds(R, S, i % S)
-        if r1 > r0:
-            t = numba.get_thread_id()
-            Lb = (r1 - r0) * U * OW
-            yf = yw[t].reshape(L * Co)[:Lb * Co]
-            xtf = xt[t].reshape(xt.shape[1] * Ci)
-            if xo.shape[0] > 0:
-                _transpose_padded(xtf, x[n], PH, PW, r0 * U * SH, (r1 * U - 1) * SH + KH)
-                direct_positions(yf, xtf, xo, wf, Lb, Co, KH, KW * Ci, (W + 2 * PW) * Ci)
-            else:
-                cf = cols[t].reshape(L * ckk)
-                _im2col_positions(cf, xtf, x[n], PH, PW, KH, KW, SH, SW, r0 * U, r1 * U)
-                sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
-                      np.float32(0.0), yf, 0, Co)
-            if PKH == 0 and xo.shape[0] > 0 and OW >= 16:
-                _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, Co, OW, r1 - r0, relu)
-            else:
-                _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
-                                    yf, argmax_too)
+    n = i // S
+    r0, r1 = part_bounds(R, S, i % S)
+    if r1 > r0:
+        t = numba.get_thread_id()
+        Lb = (r1 - r0) * U * OW
+        yf = yw[t].reshape(L * Co)[:Lb * Co]
+        xtf = xt[t].reshape(xt.shape[1] * Ci)
+        if xo.shape[0] > 0:
+            _transpose_padded(xtf, x[n], PH, PW, r0 * U * SH, (r1 * U - 1) * SH + KH)
+            direct_positions(yf, xtf, xo, wf, Lb, Co, KH, KW * Ci, (W + 2 * PW) * Ci)
+        else:
+            cf = cols[t].reshape(L * ckk)
+            _im2col_positions(cf, xtf, x[n], PH, PW, KH, KW, SH, SW, r0 * U, r1 * U)
+            sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
+                  np.float32(0.0), yf, 0, Co)
+        if PKH == 0 and xo.shape[0] > 0 and OW >= 16:
+            _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, Co, OW, r1 - r0, relu)
+        else:
+            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
+                                yf, argmax_too)
 
 
 @kernel()

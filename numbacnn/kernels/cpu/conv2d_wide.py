@@ -169,6 +169,22 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     when direct; yw (T, Co + 1, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else
     (T, 1, 1, 1). Nothing is cached for the backward.
     """
+    for i in prange(conv2d_forward_wide_blocks(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW,
+                                               direct, S, argmax_too)):
+        conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
+                                  argmax_too)
+
+
+@kernel(parallel=False)
+def conv2d_forward_wide_blocks(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
+                               argmax_too):
+    return x.shape[0] * S
+
+
+@kernel(parallel=False)
+def conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
+                              argmax_too):
+    """Block i of conv2d_forward_wide: its channels of out[n] (n = i // S), its thread's workspaces."""
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
     Wp = W + 2 * PW
@@ -177,27 +193,26 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     L = (OH - 1) * Wp + OW
     ckk = Ci * KH * KW
     wf = w.reshape(Co * ckk)
-    for i in prange(N * S):  # each block writes its channels of out[n] and its thread's workspaces
-        n = i // S
-        c0, c1 = part_bounds(Co, S, i % S)
-        if c1 > c0:
-            t = numba.get_thread_id()
-            cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
-            yf = yw[t].reshape((Co + 1) * L)
-            xp = _plane(xpad[t], x[n], PH, PW)
-            if direct:
-                plane = xp.shape[1] * Wp
-                direct_rows(yf, L, xp.reshape(Ci * plane), wf[c0 * ckk:c1 * ckk], c1 - c0, Ci, plane,
-                            KH, KW, Wp, L)
-            else:
-                im2col_wide(cf, L, xp, KH, KW, Wp, L)
-                sgemm(False, False, c1 - c0, L, ckk, np.float32(1.0), wf, c0 * ckk, ckk, cf, 0, L,
-                      np.float32(0.0), yf, 0, L)
-            if PKH > 0:
-                _epilogue_relu_maxpool(out[n][c0:c1], argmax[n][c0:c1], yf, b[c0:c1], Wp, L, PKH, PKW,
-                                       argmax_too)
-            else:
-                _epilogue(out[n][c0:c1], yf, b[c0:c1], Wp, L, relu)
+    n = i // S
+    c0, c1 = part_bounds(Co, S, i % S)
+    if c1 > c0:
+        t = numba.get_thread_id()
+        cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
+        yf = yw[t].reshape((Co + 1) * L)
+        xp = _plane(xpad[t], x[n], PH, PW)
+        if direct:
+            plane = xp.shape[1] * Wp
+            direct_rows(yf, L, xp.reshape(Ci * plane), wf[c0 * ckk:c1 * ckk], c1 - c0, Ci, plane,
+                        KH, KW, Wp, L)
+        else:
+            im2col_wide(cf, L, xp, KH, KW, Wp, L)
+            sgemm(False, False, c1 - c0, L, ckk, np.float32(1.0), wf, c0 * ckk, ckk, cf, 0, L,
+                  np.float32(0.0), yf, 0, L)
+        if PKH > 0:
+            _epilogue_relu_maxpool(out[n][c0:c1], argmax[n][c0:c1], yf, b[c0:c1], Wp, L, PKH, PKW,
+                                   argmax_too)
+        else:
+            _epilogue(out[n][c0:c1], yf, b[c0:c1], Wp, L, relu)
 
 
 @kernel()

@@ -330,6 +330,22 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     rows * Wt * Ci), tiles = a block's tiles at most; sw (T, 8 * (TW + 1) * max(Ci, Co)).
     argmax_too: False (inference, no backward) leaves a 2x2 pool's argmax unwritten.
     """
+    for i in prange(conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
+                                                   PKH, PKW, S, argmax_too)):
+        conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
+                                      argmax_too)
+
+
+@kernel(parallel=False)
+def conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
+                                   argmax_too):
+    return x.shape[0] * S
+
+
+@kernel(parallel=False)
+def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
+                                  argmax_too):
+    """Block i of conv2d_forward_winograd: its rows of out[n] (n = i // S), its thread's workspaces."""
     N, Ci, H, W = x.shape
     Co = U.shape[2]
     OH = H + 2 * PH - 2
@@ -337,30 +353,29 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     TH, TW = winograd_tiles(OH, OW, PKH, PKW)
     Wt = 2 * TW + 2
     R = OH // PKH if PKH > 0 else OH  # rows of the epilogue's output
-    for i in prange(N * S):  # each block writes its rows of out[n] and its thread's workspaces
-        n = i // S
-        t0, t1 = part_bounds(TH, S, i % S)
-        if t1 > t0:
-            t = numba.get_thread_id()
-            pf = pw[t].reshape(pw.shape[1])
-            _plane(pf, x[n], PH, PW, Wt, 2 * t0, 2 * t1 + 2)
-            TR = t1 - t0
-            yf = yw[t][:4 * TR * TW * Co]
-            _winograd_rows(yf, vw[t], mw[t], sw[t], pf, Wt, U, t0, TR, TW, 2 * t0)
-            if PKH == 0:
-                r0, r1 = 2 * t0, min(2 * t1, OH)
-            elif S == 1:
-                r0, r1 = 0, R
-            else:  # PKH == 2: pooled row p reads tile row p
-                r0, r1 = t0, min(t1, R)
-            if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0
-                    and (r1 - r0) * out.shape[3] >= 16
-                    and pool2x2_transposed(out[n].reshape(out.shape[1] * R * out.shape[3]), R, r0, yf,
-                                           b, 2 * TW, TW, r1 - r0, out.shape[3], mw[t])):
-                continue
-            if r1 > r0:
-                _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
-                                    PKW, TW, mw[t], argmax_too)
+    n = i // S
+    t0, t1 = part_bounds(TH, S, i % S)
+    if t1 > t0:
+        t = numba.get_thread_id()
+        pf = pw[t].reshape(pw.shape[1])
+        _plane(pf, x[n], PH, PW, Wt, 2 * t0, 2 * t1 + 2)
+        TR = t1 - t0
+        yf = yw[t][:4 * TR * TW * Co]
+        _winograd_rows(yf, vw[t], mw[t], sw[t], pf, Wt, U, t0, TR, TW, 2 * t0)
+        if PKH == 0:
+            r0, r1 = 2 * t0, min(2 * t1, OH)
+        elif S == 1:
+            r0, r1 = 0, R
+        else:  # PKH == 2: pooled row p reads tile row p
+            r0, r1 = t0, min(t1, R)
+        if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0
+                and (r1 - r0) * out.shape[3] >= 16
+                and pool2x2_transposed(out[n].reshape(out.shape[1] * R * out.shape[3]), R, r0, yf,
+                                       b, 2 * TW, TW, r1 - r0, out.shape[3], mw[t])):
+            return
+        if r1 > r0:
+            _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
+                                PKW, TW, mw[t], argmax_too)
 
 
 @kernel()

@@ -72,19 +72,31 @@ def backward_grid(N, F_in, F_out, need_dx):
 def dense_forward(out, x, w, b):
     """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
     Tiles (forward_grid): blocks of rows x up to 16 blocks of output features."""
-    N, F_in = x.shape
-    F_out = w.shape[0]
-    xf = x.reshape(N * F_in)
-    wf = w.reshape(F_out * F_in)
-    of = out.reshape(N * F_out)
-    rb, fb = forward_grid(N, F_in, F_out)
-    n_f = -(-F_out // fb)
-    tiles = -(-N // rb) * n_f
+    tiles = dense_forward_blocks(out, x, w, b)
     if tiles == 1:  # no parallel region for one tile (batch-1 layers): it costs ~1.3 us
-        _forward_tile(out, xf, wf, of, b, 0, n_f, rb, fb)
+        dense_forward_block(0, out, x, w, b)
         return
     for t in prange(tiles):  # disjoint tiles of out
-        _forward_tile(out, xf, wf, of, b, t, n_f, rb, fb)
+        dense_forward_block(t, out, x, w, b)
+
+
+@kernel(parallel=False)
+def dense_forward_blocks(out, x, w, b):
+    """The tiles of dense_forward's grid."""
+    N, F_in = x.shape
+    F_out = w.shape[0]
+    rb, fb = forward_grid(N, F_in, F_out)
+    return -(-N // rb) * -(-F_out // fb)
+
+
+@kernel(parallel=False)
+def dense_forward_block(t, out, x, w, b):
+    """Tile t of dense_forward."""
+    N, F_in = x.shape
+    F_out = w.shape[0]
+    rb, fb = forward_grid(N, F_in, F_out)
+    _forward_tile(out, x.reshape(N * F_in), w.reshape(F_out * F_in), out.reshape(N * F_out), b, t,
+                  -(-F_out // fb), rb, fb)
 
 
 @kernel(parallel=False)

@@ -8,14 +8,25 @@ from ..._config import kernel
 @kernel()
 def normalize_forward(y, x, mean, std):
     """y[n, c, s] = (x[n, c, s] - mean[c]) / std[c]. y, x: (N, C, S); mean, std: (C,)."""
-    N, C, S = x.shape
-    for nc in prange(N * C):  # one plane per iteration
-        n = nc // C
-        c = nc % C
-        m, k = mean[c], std[c]
-        ys, xs = y[n, c], x[n, c]
-        for i in range(S):
-            ys[i] = (xs[i] - m) / k
+    for nc in prange(normalize_forward_blocks(y, x, mean, std)):  # one plane per iteration
+        normalize_forward_block(nc, y, x, mean, std)
+
+
+@kernel(parallel=False)
+def normalize_forward_blocks(y, x, mean, std):
+    return x.shape[0] * x.shape[1]
+
+
+@kernel(parallel=False)
+def normalize_forward_block(nc, y, x, mean, std):
+    """Plane nc = (n, c) of normalize_forward."""
+    C, S = x.shape[1], x.shape[2]
+    n = nc // C
+    c = nc % C
+    m, k = mean[c], std[c]
+    ys, xs = y[n, c], x[n, c]
+    for i in range(S):
+        ys[i] = (xs[i] - m) / k
 
 
 @kernel()

@@ -35,7 +35,7 @@ def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
             a[oy, ox] = best_i
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     """out[n, c, oy, ox] = max of the window; argmax holds its flat index iy*W + ix in the plane.
 
@@ -43,18 +43,24 @@ def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     out, argmax: (N, C, OH, OW); x: (N, C, H, W). Without padding the windows need no bounds and,
     unless a plane holds a NaN, no NaN logic (``_maxpool_nopad``).
     """
+    for p in prange(maxpool2d_forward_blocks(out, argmax, x, KH, KW, SH, SW, PH, PW)):  # one plane each
+        maxpool2d_forward_block(p, out, argmax, x, KH, KW, SH, SW, PH, PW)
+
+
+@kernel(parallel=False, fastmath=False)
+def maxpool2d_forward_blocks(out, argmax, x, KH, KW, SH, SW, PH, PW):
+    return x.shape[0] * x.shape[1]
+
+
+@kernel(parallel=False, fastmath=False)
+def maxpool2d_forward_block(p, out, argmax, x, KH, KW, SH, SW, PH, PW):
+    """Plane p = (n, c) of maxpool2d_forward."""
+    C = x.shape[1]
+    n = p // C
+    c = p % C
     if PH == 0 and PW == 0:
-        _maxpool_nopad(out, argmax, x, KH, KW, SH, SW)
+        _maxpool_nopad(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW)
     else:
-        _maxpool_padded(out, argmax, x, KH, KW, SH, SW, PH, PW)
-
-
-@kernel(fastmath=False)
-def _maxpool_padded(out, argmax, x, KH, KW, SH, SW, PH, PW):
-    N, C = x.shape[0], x.shape[1]
-    for p in prange(N * C):  # one plane per iteration
-        n = p // C
-        c = p % C
         _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, PH, PW)
 
 
@@ -127,30 +133,26 @@ def _maxpool_plane_2x2(o, a, xp):
     return nan
 
 
-@kernel(fastmath=False)
-def _maxpool_nopad(out, argmax, x, KH, KW, SH, SW):
-    """maxpool2d_forward without padding: every window lies inside the plane, so the loops need no
-    bounds and, unless the plane holds a NaN, no NaN logic. Same tie and NaN rules."""
-    N, C, H, W = x.shape
-    for p in prange(N * C):  # one plane per iteration
-        n = p // C
-        c = p % C
-        if KH == 2 and KW == 2 and SH == 2 and SW == 2:
-            nan = _maxpool_plane_2x2(out[n, c], argmax[n, c], x[n, c])
-        # constant windows and strides let LLVM unroll the window and keep it branch-free:
-        # 3x3 stride 2 ran 3.4x faster, 2x2 stride 1 2.6x (batch 64 x 32 channels of 24x24)
-        elif KH == 3 and KW == 3 and SH == 2 and SW == 2:
-            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], 3, 3, 2, 2)
-        elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
-            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], 3, 3, 1, 1)
-        elif KH == 3 and KW == 3:
-            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], 3, 3, SH, SW)
-        elif KH == 2 and KW == 2 and SH == 1 and SW == 1:
-            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], 2, 2, 1, 1)
-        else:
-            nan = _maxpool_plane_nopad(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW)
-        if nan:
-            _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, 0, 0)
+@kernel(parallel=False, fastmath=False)
+def _maxpool_nopad(o, a, xp, KH, KW, SH, SW):
+    """A plane of maxpool2d_forward without padding: every window lies inside the plane, so the
+    loops need no bounds and, unless the plane holds a NaN, no NaN logic. Same tie and NaN rules."""
+    if KH == 2 and KW == 2 and SH == 2 and SW == 2:
+        nan = _maxpool_plane_2x2(o, a, xp)
+    # constant windows and strides let LLVM unroll the window and keep it branch-free:
+    # 3x3 stride 2 ran 3.4x faster, 2x2 stride 1 2.6x (batch 64 x 32 channels of 24x24)
+    elif KH == 3 and KW == 3 and SH == 2 and SW == 2:
+        nan = _maxpool_plane_nopad(o, a, xp, 3, 3, 2, 2)
+    elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
+        nan = _maxpool_plane_nopad(o, a, xp, 3, 3, 1, 1)
+    elif KH == 3 and KW == 3:
+        nan = _maxpool_plane_nopad(o, a, xp, 3, 3, SH, SW)
+    elif KH == 2 and KW == 2 and SH == 1 and SW == 1:
+        nan = _maxpool_plane_nopad(o, a, xp, 2, 2, 1, 1)
+    else:
+        nan = _maxpool_plane_nopad(o, a, xp, KH, KW, SH, SW)
+    if nan:
+        _maxpool_plane(o, a, xp, KH, KW, SH, SW, 0, 0)
 
 
 @kernel(fastmath=False)
@@ -237,30 +239,41 @@ def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
 
     out: (N, C, OH, OW); x: (N, C, H, W).
     """
-    N, C, H, W = x.shape
+    for p in prange(avgpool2d_forward_blocks(out, x, KH, KW, SH, SW, PH, PW)):  # one plane each
+        avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW)
+
+
+@kernel(parallel=False)
+def avgpool2d_forward_blocks(out, x, KH, KW, SH, SW, PH, PW):
+    return x.shape[0] * x.shape[1]
+
+
+@kernel(parallel=False)
+def avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW):
+    """Plane p = (n, c) of avgpool2d_forward."""
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
     OH, OW = out.shape[2], out.shape[3]
     scale = np.float32(1.0 / (KH * KW))
-    for p in prange(N * C):  # one plane per iteration
-        n = p // C
-        c = p % C
-        xp = x[n, c]
-        if PH == 0 and PW == 0:
-            if KH == 3 and KW == 3 and SH == 2 and SW == 2:  # constants: an unrolled window
-                _avgpool_plane_nopad(out[n, c], xp, 3, 3, 2, 2, scale)
-            elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
-                _avgpool_plane_nopad(out[n, c], xp, 3, 3, 1, 1, scale)
-            else:
-                _avgpool_plane_nopad(out[n, c], xp, KH, KW, SH, SW, scale)
-            continue
-        for oy in range(OH):
-            y_lo, y_hi = _window(oy, SH, PH, KH, H)
-            for ox in range(OW):
-                x_lo, x_hi = _window(ox, SW, PW, KW, W)
-                s = np.float32(0.0)
-                for iy in range(y_lo, y_hi):
-                    for ix in range(x_lo, x_hi):
-                        s += xp[iy, ix]
-                out[n, c, oy, ox] = s * scale
+    n = p // C
+    c = p % C
+    xp = x[n, c]
+    if PH == 0 and PW == 0:
+        if KH == 3 and KW == 3 and SH == 2 and SW == 2:  # constants: an unrolled window
+            _avgpool_plane_nopad(out[n, c], xp, 3, 3, 2, 2, scale)
+        elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
+            _avgpool_plane_nopad(out[n, c], xp, 3, 3, 1, 1, scale)
+        else:
+            _avgpool_plane_nopad(out[n, c], xp, KH, KW, SH, SW, scale)
+        return
+    for oy in range(OH):
+        y_lo, y_hi = _window(oy, SH, PH, KH, H)
+        for ox in range(OW):
+            x_lo, x_hi = _window(ox, SW, PW, KW, W)
+            s = np.float32(0.0)
+            for iy in range(y_lo, y_hi):
+                for ix in range(x_lo, x_hi):
+                    s += xp[iy, ix]
+            out[n, c, oy, ox] = s * scale
 
 
 @kernel()
@@ -297,16 +310,27 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
 @kernel()
 def global_avgpool2d_forward(y, x):
     """y[n, c] = the mean of the plane x[n, c]. y: (N, C); x: (N, C, S) with S = H*W."""
-    N, C, S = x.shape
+    for nc in prange(global_avgpool2d_forward_blocks(y, x)):  # one plane per iteration
+        global_avgpool2d_forward_block(nc, y, x)
+
+
+@kernel(parallel=False)
+def global_avgpool2d_forward_blocks(y, x):
+    return x.shape[0] * x.shape[1]
+
+
+@kernel(parallel=False)
+def global_avgpool2d_forward_block(nc, y, x):
+    """Plane nc = (n, c) of global_avgpool2d_forward."""
+    C, S = x.shape[1], x.shape[2]
     inv = np.float32(1.0 / S)
-    for nc in prange(N * C):  # one plane per iteration
-        n = nc // C
-        c = nc % C
-        xs = x[n, c]
-        s = np.float32(0.0)
-        for i in range(S):
-            s += xs[i]
-        y[n, c] = s * inv
+    n = nc // C
+    c = nc % C
+    xs = x[n, c]
+    s = np.float32(0.0)
+    for i in range(S):
+        s += xs[i]
+    y[n, c] = s * inv
 
 
 @kernel()

@@ -1,0 +1,137 @@
+"""Recorded inference calls as one team region (``kernels/cpu/team.py``): the items ``team.run`` takes,
+built once per program from the kernels' block functions (``kernels/cpu/__init__.py``:
+TEAM_BLOCKS, TEAM_SERIAL).
+
+A team runs every call of a program in one OpenMP parallel region with a barrier between calls,
+where a replay opens a numba parallel region per parallel kernel (about 2-2.5 us each on 2 cores)
+and crosses from Python into each kernel. The blocks and their split are the kernels' own, so a
+team computes the same bits as the replay. ``NUMBACNN_TEAM=0`` turns it off; so does a threading
+layer other than numba's "omp", and a forked child (GNU OpenMP's threads do not survive a fork).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .calls import Call
+
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def available() -> bool:
+    """Whether team runs can be used in this process."""
+    if _forked or os.environ.get("NUMBACNN_TEAM", "1") == "0":
+        return False
+    from ..kernels.cpu import team
+
+    return team.bind()
+
+
+def address(fn: Any, argtypes: tuple) -> int:
+    """The entry point (numba's calling convention) of the numba dispatcher ``fn`` compiled for
+    ``argtypes`` (compiled, or loaded from the prebuilt kernels or numba's cache, first)."""
+    overload = fn.overloads.get(argtypes)
+    if overload is None:
+        fn.compile(argtypes)
+        overload = fn.overloads[argtypes]
+    return int(overload.library.get_pointer_to_function(overload.fndesc.llvm_func_name))
+
+
+def _extents(args: tuple) -> list[tuple[int, int]]:
+    """The memory (first byte, past the last) of every array among ``args``."""
+    import numpy as np
+
+    out = []
+    for a in args:
+        if isinstance(a, np.ndarray) and a.size > 0:
+            lo = hi = a.ctypes.data
+            for n, st in zip(a.shape, a.strides):
+                if st >= 0:
+                    hi += (n - 1) * st
+                else:
+                    lo += (n - 1) * st
+            out.append((lo, hi + a.itemsize))
+    return out
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    return any(lo < e and s < hi for lo, hi in a for s, e in b)
+
+
+def items(calls: list[Call], threads: int) -> tuple[tuple, list[int]] | None:
+    """``team.run``'s items for the recorded calls and, per item, the index of its call (-1 for a
+    barrier); None when a call has no team form (a parallel kernel without block functions, or not
+    a kernel at all).
+
+    The calls are laid into intervals between barriers, each as early as its dependencies allow:
+    a call depends on an earlier one that touches the same memory (any array argument, read or
+    written: the kernels write only into their arguments). A parallel call goes in the interval
+    after its last dependency's; a serial one too, or, where that dependency is the last serial
+    call on a thread of its interval, on that thread after it (a thread runs its calls in order):
+    weight preparations (folds, filter transforms) run beside the layers before them, spread over
+    the threads (``threads``: the thread count to spread them for; any count runs them right)."""
+    import numba
+
+    from ..kernels import cpu as K
+
+    placed: list[tuple[int, int, tuple, list[tuple[int, int]]]] = []  # (interval, slot, item, memory)
+    load: dict[tuple[int, int], int] = {}  # bytes of serial calls per (interval, slot)
+    for fn, args in calls:
+        types = tuple(numba.typeof(a) for a in args)
+        memory = _extents(args)
+        parallel = fn in K.TEAM_BLOCKS
+        if parallel:
+            count, block = K.TEAM_BLOCKS[fn]
+            head: tuple = (address(block, (numba.types.int64, *types)), int(count(*args)))
+        elif fn in K.TEAM_SERIAL:
+            head = (address(fn, types), None)
+        else:
+            return None
+        after = 0  # the first interval the call may go in
+        chains = set()  # (interval, slot) of the serial calls it depends on
+        for interval, slot, _, mem in placed:
+            if _overlap(memory, mem):
+                if slot >= 0 and not parallel:
+                    chains.add((interval, slot))
+                    after = max(after, interval)
+                else:
+                    after = max(after, interval + 1)
+        chained = [slot for interval, slot in chains if interval == after]
+        if chained and len(set(chained)) > 1:
+            after += 1
+            chained = []
+        if parallel:
+            slot = -1
+        elif chained:
+            slot = chained[0]
+        else:  # the least loaded thread of the interval
+            slot = min(range(max(1, threads)), key=lambda t: load.get((after, t), 0))
+        if not parallel:
+            load[(after, slot)] = load.get((after, slot), 0) + sum(hi - lo for lo, hi in memory)
+        n = head[1] if parallel else -1 - slot
+        placed.append((after, slot, (head[0], n, tuple(args)), memory))
+    out: list[tuple] = []
+    order: list[int] = []
+    for interval in range(max((p[0] for p in placed), default=-1) + 1):
+        if out:
+            out.append(())
+            order.append(-1)
+        for call, (i, _, item, _) in enumerate(placed):
+            if i == interval:
+                out.append(item)
+                order.append(call)
+    return tuple(out), order
+
+
+def with_args(item: tuple, args: tuple) -> tuple:
+    """``item`` with its arguments replaced."""
+    return (*item[:-1], args)
