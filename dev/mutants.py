@@ -355,6 +355,21 @@ MUTANTS = [
     M("inference slices count the activations that fused layers never write", "numbacnn/network.py",
       "if not _writes_nothing(layer):  # a new activation begins", "if True:  # a new activation begins",
       ["tests/test_network.py", "-k", "widest_written"]),
+    M("team: no barrier between dependent calls", "numbacnn/backend/team.py",
+      "        if out.order:\n            out.add(-1)", "        if False:\n            out.add(-1)",
+      ["tests/test_program.py", "-k", "team"]),
+    M("team: a serial call after a parallel one it depends on, in the same interval",
+      "numbacnn/backend/team.py",
+      "                else:\n                    after = max(after, interval + 1)",
+      "                else:\n                    after = max(after, interval)",
+      ["tests/test_program.py", "-k", "team"]),
+    M("team: blocks split one short at the end of each thread's share", K + "team.py",
+      "hi = b.sdiv(b.mul(n, b.add(tid, one)), team)",
+      "hi = b.sub(b.sdiv(b.mul(n, b.add(tid, one)), team), one)",
+      ["tests/test_program.py", "-k", "team"]),
+    M("team: the input's patched pointer misses a view's offset", K + "team.py",
+      "_poke(patches[k, 0], base + patches[k, 1])", "_poke(patches[k, 0], base)",
+      ["tests/test_program.py", "-k", "team or input_where"]),
 ]
 
 

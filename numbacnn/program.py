@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._config import get_num_threads
+from .backend import team as _team
 from .backend.calls import Call, capture
 
 
@@ -185,13 +186,14 @@ class InferenceProgram:
             self.team = self._make_team()
         direct = (self._reads is not None and x.dtype == np.float32 and x.shape == self.x.shape
                   and x.flags.c_contiguous and x.flags.writeable)
-        if not direct:
-            np.copyto(self.x, x)
-        if self.team:
-            entry, items, _ = self.team
-            entry(self._with_input(items, x) if direct else items, get_num_threads())
+        if self.team and not _team.forked():  # (a fork's child replays: OpenMP's threads are gone)
+            entry, schedule, patches = self.team
+            if not direct:
+                np.copyto(self.x, x)
+            entry(schedule.rows, get_num_threads(), x if direct else self.x, patches)
             return self.out
         if not direct:
+            np.copyto(self.x, x)
             for f, args in self._compiled:
                 f(*args)
             return self.out
@@ -207,37 +209,34 @@ class InferenceProgram:
             a[k] = x if view is None else np.ndarray(view[1], np.float32, x, view[0], view[2])
         return tuple(a)
 
-    def _with_input(self, items: tuple, x: np.ndarray) -> tuple:
-        """The team's items with the calls that read the input reading ``x``."""
-        reading = self.team[2]
-        if not reading:
-            return items
-        from .backend import team
-
-        out = list(items)
-        for k, reads in reading:
-            out[k] = team.with_args(out[k], self._read(out[k][-1], reads, x))
-        return tuple(out)
-
     def _make_team(self) -> Any:
-        """(entry point, items, [(item index, input reads)]) of the team running this program's
-        calls, or False."""
+        """(entry point, schedule, patches) of the team running this program's calls (``patches``:
+        where team.run points the calls that read the input, see kernels/cpu/team.py), or False."""
         import numba
 
         from .backend import team
 
         if not team.available():
             return False
-        made = team.items(self.calls, numba.get_num_threads())
-        if made is None:
+        schedule = team.schedule(self.calls, numba.get_num_threads())
+        if schedule is None:
             return False
-        items, order = made
+        base = self.x.ctypes.data
+        patches = []
+        for row, call in enumerate(schedule.order):
+            words = schedule.buffers[row]
+            for _, view in (self._reads[call] or []) if call >= 0 and self._reads else []:
+                offset = 0 if view is None else view[0]
+                found = np.flatnonzero(words == base + offset)  # the packed data pointers
+                if len(found) == 0:  # pragma: no cover - every packed array holds its data pointer
+                    return False
+                patches += [(words.ctypes.data + 8 * int(k), offset) for k in found]
+        patches_array = np.array(patches, np.int64).reshape(-1, 2)
         from .kernels.cpu import team as kernel
 
-        kernel.run.compile((numba.typeof(items), numba.types.int64))
-        reading = [(k, self._reads[call]) for k, call in enumerate(order)
-                   if call >= 0 and self._reads and self._reads[call]]
-        return entry_point(kernel.run, (items, 1)), items, reading
+        args = (schedule.rows, 1, self.x, patches_array)
+        kernel.run.compile(tuple(numba.typeof(a) for a in args))
+        return entry_point(kernel.run, args), schedule, patches_array
 
     def _input_reads(self) -> list[list[tuple[int, Any]] | None]:
         """Where the recorded calls read the recording buffer self.x (see ``run``)."""

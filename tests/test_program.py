@@ -339,8 +339,8 @@ class _numba_threads:
 
 def test_team_barriers_go_where_calls_depend_on_each_other():
     """Calls go into intervals between barriers as early as the memory they touch allows: an
-    independent call shares the first interval, a dependent one waits for the barrier, and the
-    team computes what the calls in order compute."""
+    independent call shares the first interval, a dependent one waits for the barrier, a serial
+    one runs on one thread beside the blocks; the team computes what the calls in order compute."""
     team = _team_or_skip()
     from numbacnn.kernels import cpu as K
     from numbacnn.kernels.cpu import team as kernel
@@ -349,10 +349,11 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     x, z = rng.standard_normal((2, 20000)).astype(np.float32)  # 3 blocks of 8192
     y1, y2, y3 = (np.zeros_like(x) for _ in range(3))
     calls = [(K.relu_forward, (y1, x)), (K.add, (y2, y1, x, False)), (K.tanh_forward, (y3, z))]
-    items, order = team.items(calls, 2)
-    assert order == [0, 2, -1, 1]  # tanh touches nothing of the others; add reads relu's output
-    assert items[2] == () and items[0][1] == 3
-    kernel.run(items, 2)
+    schedule = team.schedule(calls, 2)
+    assert schedule.order == [0, 2, -1, 1]  # tanh touches nothing of the others; add reads relu's output
+    assert list(schedule.rows[2]) == [0, 0, 0, 0] and schedule.rows[0, 2] == 3  # a barrier; 3 blocks
+    no_patches = np.zeros((0, 2), np.int64)
+    kernel.run(schedule.rows, 2, x, no_patches)
     np.testing.assert_array_equal(y1, np.maximum(x, 0))
     np.testing.assert_array_equal(y2, np.maximum(x, 0) + x)
     want = np.empty_like(x)
@@ -360,18 +361,25 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     np.testing.assert_array_equal(y3, want)
     filters = (np.zeros((16, 2, 2), np.float32), rng.random((2, 2, 3, 3), dtype=np.float32), False,
                np.zeros(72, np.float32), np.zeros(0, np.int32))
-    serial = [(K.relu_forward, (y1, x)), (K.winograd_filters, filters)]
-    items, order = team.items(serial, 2)
-    assert order == [0, 1] and items[1][1] < 0  # a serial call beside the blocks, on one thread
-    assert team.items([(K.dense_backward, ())], 2) is None  # no team form: the program replays
+    schedule = team.schedule([(K.relu_forward, (y1, x)), (K.winograd_filters, filters)], 2)
+    assert schedule.order == [0, 1] and schedule.rows[1, 2] < 0  # serial, beside the blocks
+    u = np.zeros_like(filters[0])
+    K.winograd_filters(u, *filters[1:])
+    y1[:] = 0
+    kernel.run(schedule.rows, 1, x, no_patches)  # any thread count
+    np.testing.assert_array_equal(filters[0], u)
+    np.testing.assert_array_equal(y1, np.maximum(x, 0))
+    assert team.schedule([(K.dense_backward, ())], 2) is None  # no team form: the program replays
 
 
 def test_a_forked_child_does_not_use_team_regions():
-    """GNU OpenMP's threads do not survive a fork: a child process replays instead."""
+    """GNU OpenMP's threads do not survive a fork: a child process makes no team and replays the
+    programs it inherited."""
     import multiprocessing
 
     team = _team_or_skip()
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
         assert pool.apply(team.available) is False
-    assert team.available()
+        assert pool.apply(team.forked) is True  # a program made before the fork replays there
+    assert team.available() and not team.forked()

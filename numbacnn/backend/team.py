@@ -1,5 +1,5 @@
-"""Recorded inference calls as one team region (``kernels/cpu/team.py``): the items ``team.run`` takes,
-built once per program from the kernels' block functions (``kernels/cpu/__init__.py``:
+"""Recorded inference calls as one team region (``kernels/cpu/team.py``): the schedule ``team.run``
+takes, built once per program from the kernels' block functions (``kernels/cpu/__init__.py``:
 TEAM_BLOCKS, TEAM_SERIAL).
 
 A team runs every call of a program in one OpenMP parallel region with a barrier between calls,
@@ -25,6 +25,11 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked() -> bool:
+    """Whether this process is a fork of one that may have used team regions."""
+    return _forked
 
 
 def available() -> bool:
@@ -67,10 +72,30 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
     return any(lo < e and s < hi for lo, hi in a for s, e in b)
 
 
-def items(calls: list[Call], threads: int) -> tuple[tuple, list[int]] | None:
-    """``team.run``'s items for the recorded calls and, per item, the index of its call (-1 for a
-    barrier); None when a call has no team form (a parallel kernel without block functions, or not
-    a kernel at all).
+class Schedule:
+    """A program's calls packed for ``team.run``: ``rows`` (int64, (rows, 4)), the packed
+    arguments they point into (``buffers``, kept alive here), and per row the index of its call
+    (-1 for a barrier) and its buffer as int64 (None for a barrier)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self.rows = np.zeros((0, 4), np.int64)
+        self.buffers: list[Any] = []
+        self.order: list[int] = []
+
+    def add(self, call: int, thunk: int = 0, entry: int = 0, n: int = 0, buffer: Any = None) -> None:
+        import numpy as np
+
+        row = np.array([[thunk, entry, n, 0 if buffer is None else buffer.ctypes.data]], np.int64)
+        self.rows = np.concatenate([self.rows, row])
+        self.buffers.append(None if buffer is None else buffer.view(np.int64))
+        self.order.append(call)
+
+
+def schedule(calls: list[Call], threads: int) -> Schedule | None:
+    """The calls packed for ``team.run``, or None when a call has no team form (a parallel kernel
+    without block functions, or not a kernel at all).
 
     The calls are laid into intervals between barriers, each as early as its dependencies allow:
     a call depends on an earlier one that touches the same memory (any array argument, read or
@@ -80,10 +105,12 @@ def items(calls: list[Call], threads: int) -> tuple[tuple, list[int]] | None:
     weight preparations (folds, filter transforms) run beside the layers before them, spread over
     the threads (``threads``: the thread count to spread them for; any count runs them right)."""
     import numba
+    import numpy as np
 
     from ..kernels import cpu as K
+    from ..kernels.cpu import team
 
-    placed: list[tuple[int, int, tuple, list[tuple[int, int]]]] = []  # (interval, slot, item, memory)
+    placed: list[tuple[int, int, tuple, list[tuple[int, int]]]] = []  # (interval, slot, packed, memory)
     load: dict[tuple[int, int], int] = {}  # bytes of serial calls per (interval, slot)
     for fn, args in calls:
         types = tuple(numba.typeof(a) for a in args)
@@ -91,11 +118,14 @@ def items(calls: list[Call], threads: int) -> tuple[tuple, list[int]] | None:
         parallel = fn in K.TEAM_BLOCKS
         if parallel:
             count, block = K.TEAM_BLOCKS[fn]
-            head: tuple = (address(block, (numba.types.int64, *types)), int(count(*args)))
+            entry, n, pack = address(block, (numba.types.int64, *types)), int(count(*args)), team.pack_blocks
         elif fn in K.TEAM_SERIAL:
-            head = (address(fn, types), None)
+            entry, n, pack = address(fn, types), -1, team.pack_serial
         else:
             return None
+        _, size = pack(tuple(args), np.zeros(0, np.uint8))
+        buffer = np.zeros(-(-size // 8) * 8, np.uint8)
+        thunk, _ = pack(tuple(args), buffer)
         after = 0  # the first interval the call may go in
         chains = set()  # (interval, slot) of the serial calls it depends on
         for interval, slot, _, mem in placed:
@@ -117,21 +147,13 @@ def items(calls: list[Call], threads: int) -> tuple[tuple, list[int]] | None:
             slot = min(range(max(1, threads)), key=lambda t: load.get((after, t), 0))
         if not parallel:
             load[(after, slot)] = load.get((after, slot), 0) + sum(hi - lo for lo, hi in memory)
-        n = head[1] if parallel else -1 - slot
-        placed.append((after, slot, (head[0], n, tuple(args)), memory))
-    out: list[tuple] = []
-    order: list[int] = []
+            n = -1 - slot
+        placed.append((after, slot, (int(thunk), entry, n, buffer), memory))
+    out = Schedule()
     for interval in range(max((p[0] for p in placed), default=-1) + 1):
-        if out:
-            out.append(())
-            order.append(-1)
-        for call, (i, _, item, _) in enumerate(placed):
+        if out.order:
+            out.add(-1)
+        for call, (i, _, packed, _) in enumerate(placed):
             if i == interval:
-                out.append(item)
-                order.append(call)
-    return tuple(out), order
-
-
-def with_args(item: tuple, args: tuple) -> tuple:
-    """``item`` with its arguments replaced."""
-    return (*item[:-1], args)
+                out.add(call, *packed)
+    return out

@@ -1,25 +1,27 @@
 """A recorded sequence of kernel calls run in one OpenMP parallel region ("team"): each parallel
-kernel's blocks split statically over the team's threads, a barrier between calls, serial kernels on
-thread 0. Inference programs run this way instead of opening a numba parallel region per kernel
-(about 2-2.5 us each on 2 cores: most of the difference to ONNX Runtime at batch 1).
+kernel's blocks split statically over the team's threads, a barrier wherever a call needs an
+earlier one's results, serial kernels on one thread. Inference programs run this way instead of
+opening a numba parallel region per kernel and crossing from Python into each kernel.
 
-``run(calls, threads)``: calls is a tuple of items, in order:
-    (address, n, args), n >= 0: a parallel kernel's block function ``block(i, *args)`` for i < n,
-        split as numba splits a prange: blocks [n * t / T, n * (t + 1) / T) on thread t of T;
-    (address, n, args), n < 0: a serial kernel ``kernel(*args)`` on thread (-1 - n) % T alone;
-    (): a barrier (every call before it has finished on every thread before any call after it
-        starts): the caller puts one wherever a call depends on an earlier one on another thread.
-``address`` is the compiled function's entry point in numba's calling convention (found at run
-time by numbacnn/backend/team.py), so this one kernel serves every network: it is compiled once per
-tuple type (the call sequence's argument types), not per network, and cached like the others.
-Arrays reach the blocks without reference counting (as numba's own parallel loops pass them): the
-caller keeps them alive. Errors raised inside a block are not propagated (as in prange bodies).
+A call is packed once, when a program is made (``pack``): its arguments, as numba passes them, into
+a byte buffer (arrays without reference counting: the caller keeps them alive), with the address
+of a "thunk" that unpacks them and calls the kernel's compiled entry point. ``run(schedule,
+threads, x, patches)`` then takes one int64 array, four entries per row:
+    (thunk, entry, n, buffer), n >= 0: a parallel kernel's block function ``block(i, *args)`` for
+        i < n, split as numba splits a prange: blocks [n * t / T, n * (t + 1) / T) on thread t of T;
+    (thunk, entry, n, buffer), n < 0: a serial kernel ``kernel(*args)`` on thread (-1 - n) % T;
+    (0, 0, 0, 0): a barrier (every call before it has finished on every thread before any call
+        after it starts).
+``run`` is one compiled function for every network (per input type); ``pack`` is compiled once per
+argument types (a kernel's specialisation), and both are cached like the other kernels. The calls
+that read the program's input are pointed at the caller's array by ``run`` itself. Errors raised inside a
+kernel are not propagated (as in prange bodies).
 
 OpenMP is called directly (GOMP_parallel, GOMP_barrier, omp_get_thread_num/num_threads of the
-libgomp that numba's "omp" threading layer loaded), bound by symbol name like blas.py's sgemm:
-``bind()`` returns False where it cannot be (another threading layer, no libgomp); until it binds
-them (and where it cannot), the symbols name serial stand-ins (one thread, no barriers), so that
-``run`` compiles anywhere (the prebuilt build compiles it without running it) and, called
+library that numba's "omp" threading layer loaded), bound by symbol name like blas.py's sgemm.
+``bind()`` returns False where it cannot bind them (another threading layer, no OpenMP library);
+until it has (and where it cannot), the symbols name serial stand-ins (one thread, no barriers),
+so that ``run`` compiles anywhere (the prebuilt build compiles it without running it) and, called
 anyway, runs its calls in order on the calling thread.
 """
 import ctypes
@@ -67,7 +69,8 @@ def _openmp_library() -> str | None:
 
 
 def bind() -> bool:
-    """Bind the OpenMP entry points that ``run`` calls; whether ``run`` can be used (once decided)."""
+    """Bind the OpenMP entry points that ``run`` calls; whether ``run`` can be used (once decided).
+    Call it before ``run`` is first compiled or loaded in a process."""
     global _bound
     if _bound is None:
         _bound = False
@@ -98,27 +101,79 @@ def _borrowed(context, builder, argtys, args):
     return out
 
 
-def _call_address(context, builder, address, argtys, args):
-    """Call the numba-compiled function at ``address`` (int64) returning None with ``args``."""
+_THUNK = ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(8).as_pointer(), ir.IntType(64)])
+
+
+@intrinsic
+def _pack(typingctx, args, buffer, blocks):
+    """(thunk address, bytes): store ``args`` (a tuple) into ``buffer`` (uint8, when it holds them)
+    and make the thunk that calls an entry point with them: with a leading block index when
+    ``blocks`` (a literal bool), else without."""
+    if not (isinstance(args, types.BaseTuple) and isinstance(buffer, types.Array)
+            and isinstance(blocks, types.BooleanLiteral)):
+        raise numba.core.errors.TypingError("expected (tuple, uint8 array, literal bool)")
+    atys = tuple(args.types)
+    with_index = blocks.literal_value
+    sig = types.UniTuple(types.int64, 2)(args, buffer, blocks)
+
+    def codegen(context, builder, signature, llargs):
+        i64 = ir.IntType(64)
+        module = builder.module
+        ltype = context.get_value_type(signature.args[0])
+        thunk = ir.Function(module, _THUNK, name=module.get_unique_name("numbacnn_thunk"))
+        thunk.linkage = "internal"
+        t = ir.IRBuilder(thunk.append_basic_block("entry"))
+        index, packed, entry = thunk.args
+        stored = t.load(t.bitcast(packed, ltype.as_pointer()))
+        values = [t.extract_value(stored, j) for j in range(len(atys))]
+        if with_index:
+            _call_entry(context, t, entry, (types.int64, *atys), [index, *values])
+        else:
+            _call_entry(context, t, entry, atys, values)
+        t.ret_void()
+        size = ir.Constant(i64, context.get_abi_sizeof(ltype))
+        buf = context.make_array(signature.args[1])(context, builder, llargs[1])
+        nbytes = builder.mul(buf.nitems, buf.itemsize)
+        values = _borrowed(context, builder, atys, cgutils.unpack_tuple(builder, llargs[0], len(atys)))
+        value = context.make_tuple(builder, signature.args[0], values)
+        with builder.if_then(builder.icmp_signed(">=", nbytes, size)):
+            builder.store(value, builder.bitcast(buf.data, ltype.as_pointer()))
+        return context.make_tuple(builder, signature.return_type, [builder.ptrtoint(thunk, i64), size])
+
+    return sig, codegen
+
+
+def _call_entry(context, builder, entry, argtys, args):
+    """Call the numba-compiled function at address ``entry`` (int64) returning None with ``args``."""
     conv = context.call_conv
     fnty = conv.get_function_type(types.none, argtys)
-    fn = builder.inttoptr(address, fnty.as_pointer())
+    fn = builder.inttoptr(entry, fnty.as_pointer())
     retty = conv.get_return_type(types.none).pointee
     ret = cgutils.alloca_once(builder, retty)
     builder.store(cgutils.get_null_value(retty), ret)
     excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee)
-    packed = conv._get_arg_packer(argtys).as_arguments(builder, _borrowed(context, builder, argtys, args))
+    packed = conv._get_arg_packer(argtys).as_arguments(builder, args)
     builder.call(fn, [ret, excinfo, *packed])
 
 
+@kernel(parallel=False)
+def pack_blocks(args, buffer):
+    """(thunk, bytes) of a parallel kernel's block call ``block(i, *args)``; stores args in buffer
+    when it holds ``bytes``."""
+    return _pack(args, buffer, True)
+
+
+@kernel(parallel=False)
+def pack_serial(args, buffer):
+    """(thunk, bytes) of a serial kernel's call ``kernel(*args)``; stores args in buffer when it
+    holds ``bytes``."""
+    return _pack(args, buffer, False)
+
+
 @intrinsic
-def _team_region(typingctx, calls, threads):
-    """One GOMP_parallel region of ``threads`` threads running ``calls`` (see the module)."""
-    for item in calls.types:
-        if not (isinstance(item, types.BaseTuple) and (len(item) == 0 or len(item) == 3
-                and isinstance(item.types[2], types.BaseTuple))):
-            raise numba.core.errors.TypingError(f"expected (address, n, args) or () items, got {item}")
-    sig = types.void(calls, threads)
+def _team_region(typingctx, schedule, threads):
+    """One GOMP_parallel region of ``threads`` threads running ``schedule`` (see the module)."""
+    sig = types.void(schedule, threads)
 
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
@@ -128,38 +183,40 @@ def _team_region(typingctx, calls, threads):
         def omp(name, returns=i32):
             return cgutils.get_or_insert_function(module, ir.FunctionType(returns, []), _PREFIX + name)
 
-        ctype = signature.args[0]
-        ltype = context.get_value_type(ctype)
+        rows = context.make_array(signature.args[0])(context, builder, args[0])
+        shared = ir.LiteralStructType([i64.as_pointer(), i64])  # the rows and their count
+        data = cgutils.alloca_once(builder, shared)
+        count = builder.sdiv(rows.nitems, ir.Constant(i64, 4))
+        builder.store(cgutils.pack_struct(builder, [rows.data, count]), data)
         body = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p]),
                            name=module.get_unique_name("numbacnn_team"))
         body.linkage = "internal"
         b = ir.IRBuilder(body.append_basic_block("entry"))
-        items = b.load(b.bitcast(body.args[0], ltype.as_pointer()))
+        ctx = b.load(b.bitcast(body.args[0], shared.as_pointer()))
+        table, count = b.extract_value(ctx, 0), b.extract_value(ctx, 1)
         tid = b.sext(b.call(omp("omp_get_thread_num"), []), i64)
         team = b.sext(b.call(omp("omp_get_num_threads"), []), i64)
         zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
-        for k, ity in enumerate(ctype.types):
-            if len(ity) == 0:
-                b.call(omp("GOMP_barrier", ir.VoidType()), [])
-                continue
-            item = b.extract_value(items, k)
-            address, n = b.extract_value(item, 0), b.extract_value(item, 1)
-            atys = tuple(ity.types[2].types)
-            packed = b.extract_value(item, 2)
-            values = [b.extract_value(packed, j) for j in range(len(atys))]
-            with b.if_else(b.icmp_signed(">=", n, zero)) as (blocks, serial):
-                with blocks:
-                    lo = b.sdiv(b.mul(n, tid), team)
-                    hi = b.sdiv(b.mul(n, b.add(tid, one)), team)
-                    with cgutils.for_range_slice(b, lo, hi, one) as (i, _):
-                        _call_address(context, b, address, (types.int64, *atys), [i, *values])
-                with serial:
-                    thread = b.srem(b.sub(ir.Constant(i64, -1), n), team)
-                    with b.if_then(b.icmp_signed("==", tid, thread)):
-                        _call_address(context, b, address, atys, values)
+        with cgutils.for_range(b, count) as loop:
+            row = b.gep(table, [b.mul(loop.index, ir.Constant(i64, 4))])
+            thunk, entry, n, packed = (b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(4))
+            call = b.inttoptr(thunk, _THUNK.as_pointer())
+            packed = b.inttoptr(packed, i8p)
+            with b.if_else(b.icmp_signed("==", thunk, zero)) as (barrier, work):
+                with barrier:
+                    b.call(omp("GOMP_barrier", ir.VoidType()), [])
+                with work:
+                    with b.if_else(b.icmp_signed(">=", n, zero)) as (blocks, serial):
+                        with blocks:
+                            lo = b.sdiv(b.mul(n, tid), team)
+                            hi = b.sdiv(b.mul(n, b.add(tid, one)), team)
+                            with cgutils.for_range_slice(b, lo, hi, one) as (i, _):
+                                b.call(call, [i, packed, entry])
+                        with serial:
+                            thread = b.srem(b.sub(ir.Constant(i64, -1), n), team)
+                            with b.if_then(b.icmp_signed("==", tid, thread)):
+                                b.call(call, [zero, packed, entry])
         b.ret_void()
-        data = cgutils.alloca_once(builder, ltype)
-        builder.store(args[0], data)
         team_size = builder.trunc(context.cast(builder, args[1], signature.args[1], types.int64), i32)
         parallel = cgutils.get_or_insert_function(
             module, ir.FunctionType(ir.VoidType(), [body.type, i8p, i32, i32]), _PREFIX + "GOMP_parallel")
@@ -169,9 +226,29 @@ def _team_region(typingctx, calls, threads):
     return sig, codegen
 
 
+@intrinsic
+def _poke(typingctx, address, value):
+    """Store the int64 ``value`` at ``address``."""
+    sig = types.void(address, value)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        address = context.cast(builder, args[0], signature.args[0], types.int64)
+        where = builder.inttoptr(address, i64.as_pointer())
+        builder.store(context.cast(builder, args[1], signature.args[1], types.int64), where)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @kernel(parallel=False)
-def run(calls, threads):
-    """Run the recorded kernel calls ``calls`` (see the module) in one parallel region of
-    ``threads`` threads (numba's thread count: numba.get_num_threads() compiled in would keep this
-    kernel out of the caches)."""
-    _team_region(calls, threads)
+def run(schedule, threads, x, patches):
+    """Run the packed calls of ``schedule`` (int64, rows of 4: see the module) in one parallel
+    region of ``threads`` threads (numba's thread count: numba.get_num_threads() compiled in would
+    keep this kernel out of the caches), after pointing the packed arguments that read the
+    program's input at ``x``: patches (int64, (k, 2)) holds where each such data pointer lies and
+    its offset from the input's first byte (a view's)."""
+    base = x.ctypes.data
+    for k in range(patches.shape[0]):
+        _poke(patches[k, 0], base + patches[k, 1])
+    _team_region(schedule, threads)
