@@ -372,6 +372,27 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     assert team.schedule([(K.dense_backward, ())], 2) is None  # no team form: the program replays
 
 
+def test_team_points_the_input_reads_at_the_callers_array():
+    """team.run points the packed data pointers that read the recorded input (or a view of it, at
+    an offset) at the array it is given: the calls then read that array, not the recording."""
+    team = _team_or_skip()
+    from numbacnn.kernels import cpu as K
+    from numbacnn.kernels.cpu import team as kernel
+
+    rng = np.random.default_rng(7)
+    recording = np.zeros(20000, np.float32)
+    y = np.zeros(19900, np.float32)
+    schedule = team.schedule([(K.relu_forward, (y, recording[100:]))], 2)
+    words = schedule.buffers[0]
+    found = np.flatnonzero(words == recording[100:].ctypes.data)
+    assert len(found) == 1  # the view's data pointer, packed once
+    patches = np.array([[words.ctypes.data + 8 * int(k), 400] for k in found], np.int64)
+    for _ in range(2):
+        x = rng.standard_normal(20000).astype(np.float32)
+        kernel.run(schedule.rows, 2, x, patches)
+        np.testing.assert_array_equal(y, np.maximum(x[100:], 0))
+
+
 def test_a_forked_child_does_not_use_team_regions():
     """GNU OpenMP's threads do not survive a fork: a child process makes no team and replays the
     programs it inherited."""
