@@ -218,7 +218,10 @@ class InferenceProgram:
 
         if not team.available():
             return False
-        schedule = team.schedule(self.calls, numba.get_num_threads())
+        try:
+            schedule = team.schedule(self.calls, numba.get_num_threads())
+        except numba.core.errors.NumbaError:  # pragma: no cover - a specialisation numba cannot pack:
+            return False  # the replay serves it as before
         if schedule is None:
             return False
         base = self.x.ctypes.data

@@ -393,6 +393,37 @@ def test_team_points_the_input_reads_at_the_callers_array():
         np.testing.assert_array_equal(y, np.maximum(x[100:], 0))
 
 
+def test_team_uses_the_openmp_runtime_that_numba_uses(tmp_path):
+    """A process can hold two OpenMP runtimes (PyTorch ships its own libgomp, loaded globally
+    before numba's): the team binds the one numba's kernels call (they pick their workspaces by
+    its thread numbers), checked by running a team once, and computes the replay's bits."""
+    import shutil
+    import subprocess
+    import sys
+
+    _team_or_skip()
+    from numbacnn.kernels.cpu import team as kernel
+
+    decoy = tmp_path / "libgomp-decoy.so.1"
+    shutil.copy(kernel.bound_runtime(), decoy)
+    code = f"""
+import ctypes
+ctypes.CDLL({str(decoy)!r}, mode=ctypes.RTLD_GLOBAL)  # as torch loads its own, before numba
+import numpy as np
+import numbacnn as nc
+from numbacnn.kernels.cpu import team
+net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
+x = np.random.default_rng(0).random((64, 1, 28, 28), dtype=np.float32)
+want = net.through(x.copy(), False, inference=True).copy()
+for _ in range(5):
+    out = net.forward(x)
+assert np.array_equal(out, want)
+assert net._inference(x.shape, None).team and team.bound_runtime() == {str(decoy)!r}, team.bound_runtime()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_a_forked_child_does_not_use_team_regions():
     """GNU OpenMP's threads do not survive a fork: a child process makes no team and replays the
     programs it inherited."""

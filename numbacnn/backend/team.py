@@ -32,13 +32,43 @@ def forked() -> bool:
     return _forked
 
 
+_checked = False
+
+
 def available() -> bool:
-    """Whether team runs can be used in this process."""
+    """Whether team runs can be used in this process: the OpenMP entry points bound, and, checked
+    once, the team's threads the ones that numba's kernels see (their ``get_thread_id`` picks their
+    workspaces: a team of another runtime would share them)."""
+    global _checked
     if _forked or os.environ.get("NUMBACNN_TEAM", "1") == "0":
         return False
     from ..kernels.cpu import team
 
+    if not team.bind():
+        return False
+    if not _checked:
+        _checked = True
+        if not _threads_agree():
+            team.unbind()
     return team.bind()
+
+
+def _threads_agree() -> bool:
+    """Whether block i of a team of as many blocks as threads runs on numba's thread i."""
+    import numba
+    import numpy as np
+
+    from ..kernels.cpu import team
+
+    threads = 2  # a team of 2 even where numba runs 1 thread now: it may run more later
+    ids = np.full(threads, -1, np.int64)
+    entry = address(team.thread_id_block, (numba.types.int64, numba.typeof(ids)))
+    _, size = team.pack_blocks((ids,), np.zeros(0, np.uint8))
+    buffer = np.zeros(-(-size // 8) * 8, np.uint8)
+    thunk, _ = team.pack_blocks((ids,), buffer)
+    rows = np.array([[thunk, entry, threads, buffer.ctypes.data]], np.int64)
+    team.run(rows, threads, ids, np.zeros((0, 2), np.int64))
+    return bool(np.array_equal(ids, np.arange(threads)))
 
 
 def address(fn: Any, argtypes: tuple) -> int:

@@ -18,14 +18,14 @@ that read the program's input are pointed at the caller's array by ``run`` itsel
 kernel are not propagated (as in prange bodies).
 
 OpenMP is called directly (GOMP_parallel, GOMP_barrier, omp_get_thread_num/num_threads of the
-library that numba's "omp" threading layer loaded), bound by symbol name like blas.py's sgemm.
+runtime that numba's "omp" threading layer links to, found through that layer's own library: a
+process may hold another, such as PyTorch's), bound by symbol name like blas.py's sgemm.
 ``bind()`` returns False where it cannot bind them (another threading layer, no OpenMP library);
 until it has (and where it cannot), the symbols name serial stand-ins (one thread, no barriers),
 so that ``run`` compiles anywhere (the prebuilt build compiles it without running it) and, called
 anyway, runs its calls in order on the calling thread.
 """
 import ctypes
-import os
 
 import llvmlite.binding as llvm
 import numba
@@ -55,37 +55,74 @@ for _name, _stand_in in zip(_SYMBOLS, _STAND_INS):
     llvm.add_symbol(_PREFIX + _name, ctypes.cast(_stand_in, ctypes.c_void_p).value)
 
 
-def _openmp_library() -> str | None:
-    """The path of the OpenMP runtime loaded in this process (Linux), or None."""
+def _omp_layer_symbols() -> list[ctypes.CDLL]:
+    """Handles to look the OpenMP entry points up in, in the order the dynamic linker resolves
+    them for numba's "omp" threading layer (numba.np.ufunc.omppool): the process's global scope,
+    then that layer's own dependencies. A process can hold two runtimes (PyTorch ships its own
+    libgomp); blocks ask numba's for their thread number, so the team must be that one (checked
+    at run time: backend/team.py)."""
+    handles = [ctypes.CDLL(None)]
+    try:
+        from numba.np.ufunc import omppool  # type: ignore[attr-defined]
+        handles.append(ctypes.CDLL(omppool.__file__))
+    except (ImportError, OSError, AttributeError):
+        pass
+    return handles
+
+
+def _lookup(name: str) -> int | None:
+    for lib in _omp_layer_symbols():
+        if hasattr(lib, name):
+            return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    return None
+
+
+def library_of(address: int) -> str | None:
+    """The file mapped at ``address`` in this process (Linux), or None."""
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                path = line.split()[-1]
-                if os.path.basename(path).startswith(("libgomp", "libiomp5", "libomp")):
-                    return path
+                fields = line.split()
+                lo, hi = (int(v, 16) for v in fields[0].split("-"))
+                if lo <= address < hi and len(fields) > 5:
+                    return fields[5]
     except OSError:
         pass
     return None
 
 
 def bind() -> bool:
-    """Bind the OpenMP entry points that ``run`` calls; whether ``run`` can be used (once decided).
-    Call it before ``run`` is first compiled or loaded in a process."""
+    """Bind the OpenMP entry points that ``run`` calls; whether it could (once decided). Call it
+    before ``run`` is first compiled or loaded in a process."""
     global _bound
     if _bound is None:
         _bound = False
         if not getattr(numba.config, "DISABLE_JIT", 0):
             numba.get_num_threads()  # starts numba's threading layer (loads its OpenMP runtime)
-            path = _openmp_library() if numba.threading_layer() == "omp" else None
-            try:
-                lib = ctypes.CDLL(path) if path else None
-            except OSError:
-                lib = None
-            if lib is not None and all(hasattr(lib, name) for name in _SYMBOLS):
-                for name in _SYMBOLS:
-                    llvm.add_symbol(_PREFIX + name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-                _bound = True
+            if numba.threading_layer() == "omp":
+                addresses = [_lookup(name) for name in _SYMBOLS]
+                if all(addresses):
+                    for name, address in zip(_SYMBOLS, addresses):
+                        llvm.add_symbol(_PREFIX + name, address)
+                    _bound = True
     return _bound
+
+
+def unbind() -> None:
+    """Give up team runs in this process (``bind`` returns False from then on)."""
+    global _bound
+    _bound = False
+
+
+def bound_runtime() -> str | None:
+    """The file of the OpenMP runtime the team calls (None when unbound)."""
+    return library_of(_lookup("GOMP_parallel") or 0) if _bound else None
+
+
+@kernel(parallel=False)
+def thread_id_block(i, ids):
+    """Block i of a check: ids[i] = the thread number that numba's kernels see."""
+    ids[i] = numba.get_thread_id()
 
 
 def _borrowed(context, builder, argtys, args):
