@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numba
+import numpy as np
+
 from .calls import Call
 
 _forked = False
@@ -55,20 +58,23 @@ def available() -> bool:
 
 def _threads_agree() -> bool:
     """Whether block i of a team of as many blocks as threads runs on numba's thread i."""
-    import numba
-    import numpy as np
-
     from ..kernels.cpu import team
 
     threads = 2  # a team of 2 even where numba runs 1 thread now: it may run more later
     ids = np.full(threads, -1, np.int64)
     entry = address(team.thread_id_block, (numba.types.int64, numba.typeof(ids)))
-    _, size = team.pack_blocks((ids,), np.zeros(0, np.uint8))
-    buffer = np.zeros(-(-size // 8) * 8, np.uint8)
-    thunk, _ = team.pack_blocks((ids,), buffer)
+    thunk, buffer = _packed(team.pack_blocks, (ids,))
     rows = np.array([[thunk, entry, threads, buffer.ctypes.data]], np.int64)
     team.run(rows, threads, ids, np.zeros((0, 2), np.int64))
     return bool(np.array_equal(ids, np.arange(threads)))
+
+
+def _packed(pack: Any, args: tuple) -> tuple[int, Any]:
+    """(thunk, buffer): ``args`` packed by team.pack_blocks or pack_serial into a buffer of its own."""
+    _, size = pack(args, np.zeros(0, np.uint8))
+    buffer = np.zeros(-(-size // 8) * 8, np.uint8)  # whole int64 words: patches index them
+    thunk, _ = pack(args, buffer)
+    return int(thunk), buffer
 
 
 def address(fn: Any, argtypes: tuple) -> int:
@@ -83,8 +89,6 @@ def address(fn: Any, argtypes: tuple) -> int:
 
 def _extents(args: tuple) -> list[tuple[int, int]]:
     """The memory (first byte, past the last) of every array among ``args``."""
-    import numpy as np
-
     out = []
     for a in args:
         if isinstance(a, np.ndarray) and a.size > 0:
@@ -108,15 +112,11 @@ class Schedule:
     (-1 for a barrier) and its buffer as int64 (None for a barrier)."""
 
     def __init__(self) -> None:
-        import numpy as np
-
         self.rows = np.zeros((0, 4), np.int64)
         self.buffers: list[Any] = []
         self.order: list[int] = []
 
     def add(self, call: int, thunk: int = 0, entry: int = 0, n: int = 0, buffer: Any = None) -> None:
-        import numpy as np
-
         row = np.array([[thunk, entry, n, 0 if buffer is None else buffer.ctypes.data]], np.int64)
         self.rows = np.concatenate([self.rows, row])
         self.buffers.append(None if buffer is None else buffer.view(np.int64))
@@ -134,9 +134,6 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
     call on a thread of its interval, on that thread after it (a thread runs its calls in order):
     weight preparations (folds, filter transforms) run beside the layers before them, spread over
     the threads (``threads``: the thread count to spread them for; any count runs them right)."""
-    import numba
-    import numpy as np
-
     from ..kernels import cpu as K
     from ..kernels.cpu import team
 
@@ -153,9 +150,7 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
             entry, n, pack = address(fn, types), -1, team.pack_serial
         else:
             return None
-        _, size = pack(tuple(args), np.zeros(0, np.uint8))
-        buffer = np.zeros(-(-size // 8) * 8, np.uint8)
-        thunk, _ = pack(tuple(args), buffer)
+        thunk, buffer = _packed(pack, tuple(args))
         after = 0  # the first interval the call may go in
         chains = set()  # (interval, slot) of the serial calls it depends on
         for interval, slot, _, mem in placed:
@@ -178,7 +173,7 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
         if not parallel:
             load[(after, slot)] = load.get((after, slot), 0) + sum(hi - lo for lo, hi in memory)
             n = -1 - slot
-        placed.append((after, slot, (int(thunk), entry, n, buffer), memory))
+        placed.append((after, slot, (thunk, entry, n, buffer), memory))
     out = Schedule()
     for interval in range(max((p[0] for p in placed), default=-1) + 1):
         if out.order:
