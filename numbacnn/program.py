@@ -136,9 +136,9 @@ class StepProgram:
         self._compiled = compiled(calls)
 
 
-# Runs of an inference program before it switches to one team region (backend/team.py): compiling
-# the team for a new call sequence takes about 0.4 s once per machine (numba caches it; the presets'
-# are prebuilt), which a one-off prediction should not pay.
+# Runs of an inference program before it switches to one team region (backend/team.py): making the
+# team takes 40-50 ms (packing every call; more where a kernel specialisation's packer is neither
+# prebuilt nor cached), which a one-off prediction should not pay.
 TEAM_AFTER = 2
 
 
@@ -214,12 +214,10 @@ class InferenceProgram:
         where team.run points the calls that read the input, see kernels/cpu/team.py), or False."""
         import numba
 
-        from .backend import team
-
-        if not team.available():
+        if not _team.available():
             return False
         try:
-            schedule = team.schedule(self.calls, numba.get_num_threads())
+            schedule = _team.schedule(self.calls, numba.get_num_threads())
         except numba.core.errors.NumbaError:  # pragma: no cover - a specialisation numba cannot pack:
             return False  # the replay serves it as before
         if schedule is None:

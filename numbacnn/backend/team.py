@@ -2,11 +2,12 @@
 takes, built once per program from the kernels' block functions (``kernels/cpu/__init__.py``:
 TEAM_BLOCKS, TEAM_SERIAL).
 
-A team runs every call of a program in one OpenMP parallel region with a barrier between calls,
-where a replay opens a numba parallel region per parallel kernel (about 2-2.5 us each on 2 cores)
-and crosses from Python into each kernel. The blocks and their split are the kernels' own, so a
-team computes the same bits as the replay. ``NUMBACNN_TEAM=0`` turns it off; so does a threading
-layer other than numba's "omp", and a forked child (GNU OpenMP's threads do not survive a fork).
+A team runs every call of a program in one OpenMP parallel region, with barriers only where a call
+depends on an earlier one, where a replay opens a numba parallel region per parallel kernel (about
+2-2.5 us each on 2 cores) and crosses from Python into each kernel. The blocks and their split are
+the kernels' own, so a team computes the same bits as the replay. ``NUMBACNN_TEAM=0`` turns it off;
+so does a threading layer other than numba's "omp", and a forked child (GNU OpenMP's threads do not
+survive a fork).
 """
 from __future__ import annotations
 
@@ -87,23 +88,13 @@ def address(fn: Any, argtypes: tuple) -> int:
     return int(overload.library.get_pointer_to_function(overload.fndesc.llvm_func_name))
 
 
-def _extents(args: tuple) -> list[tuple[int, int]]:
-    """The memory (first byte, past the last) of every array among ``args``."""
-    out = []
-    for a in args:
-        if isinstance(a, np.ndarray) and a.size > 0:
-            lo = hi = a.ctypes.data
-            for n, st in zip(a.shape, a.strides):
-                if st >= 0:
-                    hi += (n - 1) * st
-                else:
-                    lo += (n - 1) * st
-            out.append((lo, hi + a.itemsize))
-    return out
+def _arrays(args: tuple) -> list[np.ndarray]:
+    return [a for a in args if isinstance(a, np.ndarray) and a.size > 0]
 
 
-def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
-    return any(lo < e and s < hi for lo, hi in a for s, e in b)
+def _overlap(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    """Whether any array of ``a`` may share memory with one of ``b`` (their byte ranges meet)."""
+    return any(np.may_share_memory(x, y) for x in a for y in b)
 
 
 class Schedule:
@@ -137,11 +128,11 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
     from ..kernels import cpu as K
     from ..kernels.cpu import team
 
-    placed: list[tuple[int, int, tuple, list[tuple[int, int]]]] = []  # (interval, slot, packed, memory)
+    placed: list[tuple[int, int, tuple, list[np.ndarray]]] = []  # (interval, slot, packed, arrays)
     load: dict[tuple[int, int], int] = {}  # bytes of serial calls per (interval, slot)
     for fn, args in calls:
         types = tuple(numba.typeof(a) for a in args)
-        memory = _extents(args)
+        memory = _arrays(args)
         parallel = fn in K.TEAM_BLOCKS
         if parallel:
             count, block = K.TEAM_BLOCKS[fn]
@@ -171,7 +162,7 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
         else:  # the least loaded thread of the interval
             slot = min(range(max(1, threads)), key=lambda t: load.get((after, t), 0))
         if not parallel:
-            load[(after, slot)] = load.get((after, slot), 0) + sum(hi - lo for lo, hi in memory)
+            load[(after, slot)] = load.get((after, slot), 0) + sum(a.nbytes for a in memory)
             n = -1 - slot
         placed.append((after, slot, (thunk, entry, n, buffer), memory))
     out = Schedule()
