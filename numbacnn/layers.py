@@ -311,18 +311,20 @@ class Conv2D(Layer):
 
     def infer(self, x: np.ndarray) -> np.ndarray:
         """With a following BatchNorm2D folded in (``infer_bn``): its running statistics and affine
-        map folded into a copy of the weights, recomputed on every call (so always current), and
-        its ReLU and a following max pool applied in this convolution's epilogue."""
+        map folded into a copy of the weights, and its ReLU and a following max pool applied in this
+        convolution's epilogue. The fold runs on every call but returns at once while its inputs
+        keep their bits (so always current), and counts its writes for the plan's packings."""
         bn = self.infer_bn
         if bn is None:
             return self.forward(x, training=False, backward=False)
         self._check_input(x)
         co = self.out_channels
         wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
-        self.backend.batchnorm_fold(wf.reshape(co, -1), bf, self.weight.reshape(co, -1), self.bias,
-                                    bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
+        version = self.backend.batchnorm_fold(self._buffers, wf.reshape(co, -1), bf,
+                                              self.weight.reshape(co, -1), self.bias, bn.weight, bn.bias,
+                                              bn.running_mean, bn.running_var, bn.eps)
         return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fused_relu,
-                                 self.infer_pool, backward=False)
+                                 self.infer_pool, backward=False, version=version)
 
     def get_config(self) -> dict[str, Any]:
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,

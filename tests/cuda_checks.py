@@ -233,7 +233,8 @@ def test_batchnorm_fold_kernel_matches_the_oracle():
     b, gamma, beta, mean = (rng.standard_normal(4).astype(np.float32) for _ in range(4))
     var = rng.random(4).astype(np.float32) + np.float32(0.1)
     wf, bf = cuda.device_array_like(w), cuda.device_array_like(b)
-    KC.batchnorm_fold(wf, bf, *(cuda.to_device(a) for a in (w, b, gamma, beta, mean, var)), 1e-5)
+    KC.batchnorm_fold(wf, bf, *(cuda.to_device(a) for a in (w, b, gamma, beta, mean, var)), 1e-5,
+                      *(np.zeros(0, np.int32),) * 2)
     ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
     np.testing.assert_allclose(wf.copy_to_host(), ew, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(bf.copy_to_host(), eb, rtol=1e-6, atol=1e-6)

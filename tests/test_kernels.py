@@ -9,6 +9,8 @@ from conftest import f32
 import numbacnn as nc
 from numbacnn.kernels import cpu as K
 
+NO_RECORD = np.zeros(0, np.int32)  # a fold or packing without a record: always runs
+
 CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (3, 1, 7, 7, 4, 3, 1, 0),
     (2, 3, 9, 8, 5, 3, 2, 1),
@@ -676,14 +678,77 @@ def test_batchnorm_fold_matches_the_oracle_on_one_thread_and_many(rng, co, k):
     b, gamma, beta, mean = (f32(rng.standard_normal(co)) for _ in range(4))
     var = f32(rng.random(co) + 0.1)
     wf, bf = np.full_like(w, np.nan), np.full_like(b, np.nan)
-    K.batchnorm_fold(wf, bf, w, b, gamma, beta, mean, var, 1e-5)
+    K.batchnorm_fold(wf, bf, w, b, gamma, beta, mean, var, 1e-5, NO_RECORD, NO_RECORD)
     ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
     np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
     wf1, bf1 = np.empty_like(w[:3]), np.empty_like(b[:3])  # the first channels alone: serial
-    K.batchnorm_fold(wf1, bf1, w[:3], b[:3], gamma[:3], beta[:3], mean[:3], var[:3], 1e-5)
+    K.batchnorm_fold(wf1, bf1, w[:3], b[:3], gamma[:3], beta[:3], mean[:3], var[:3], 1e-5, NO_RECORD,
+                     NO_RECORD)
     np.testing.assert_array_equal(wf1, wf[:3])
     np.testing.assert_array_equal(bf1, bf[:3])
+
+
+def test_batchnorm_fold_skips_unchanged_inputs_and_counts_its_writes(rng):
+    """With a record, a serial fold returns at once while all six inputs keep their bits (wf and bf
+    are left as they are: poisoned here to show it), folds again after a change to any one of them,
+    a single bit included (a zero's sign), and counts every fold that writes; with a block per
+    channel (above FOLD_SERIAL) it folds and counts on every call. The packings follow the count:
+    Winograd's transforms are made again exactly when it moves."""
+    co, k = 4, 27
+    ins = [f32(rng.standard_normal((co, k)))] + [f32(rng.standard_normal(co)) for _ in range(4)]
+    ins.append(f32(rng.random(co) + 0.1))  # w, b, gamma, beta, mean, var
+    seen = np.zeros(co * k + 5 * co + 1, np.int32)
+    version = np.zeros(1, np.int32)
+    wf, bf = np.empty((co, k), np.float32), np.empty(co, np.float32)
+
+    def fold():
+        K.batchnorm_fold(wf, bf, *ins, 1e-5, seen, version)
+        ew, eb = ref.batchnorm_fold(*ins, 1e-5)
+        return ew, eb
+
+    ew, eb = fold()
+    assert version[0] == 1
+    np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
+    wf[:], bf[:] = np.nan, np.nan
+    fold()
+    assert version[0] == 1 and np.isnan(wf).all() and np.isnan(bf).all()  # nothing changed: skipped
+    for i, where in enumerate([(2, 5), (1,), (3,), (0,), (2,), (1,)]):
+        ins[i].view(np.int32)[where] ^= 1  # the lowest bit of one value of input i
+        ew, eb = fold()
+        assert version[0] == 2 + i, f"input {i} changed: the fold must run"
+        np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
+    ins[0][0, 0] = np.float32(0.0)
+    fold()
+    ins[0][0, 0] = np.float32(-0.0)  # equal as floats, not as bits: folds again
+    fold()
+    assert version[0] == 9
+    # one block per channel: no skipping, every call counts
+    from numbacnn.kernels.cpu.batchnorm import FOLD_SERIAL
+    big = [f32(rng.standard_normal((64, FOLD_SERIAL // 64 + 1)))]
+    big += [f32(rng.random(64) + 0.1) for _ in range(5)]
+    wfb, bfb = np.empty_like(big[0]), np.empty(64, np.float32)
+    seen_b = np.zeros(big[0].size + 5 * 64 + 1, np.int32)
+    for n in (1, 2):
+        K.batchnorm_fold(wfb, bfb, *big, 1e-5, seen_b, version)
+        assert version[0] == 9 + n
+    # Winograd's transforms follow the count, not the weights' bits
+    w = f32(rng.standard_normal((4, 3, 3, 3)))
+    u, work, useen = np.zeros((16, 3, 4), np.float32), np.zeros(18 * 12, np.float32), np.zeros(2, np.int32)
+    want = np.zeros_like(u)
+    K.winograd_filters(want, w, False, work, NO_RECORD, NO_RECORD)
+    K.winograd_filters(u, w, False, work, useen, version)
+    np.testing.assert_array_equal(u, want)
+    w[0, 0, 0, 0] += 1  # not counted: the packing trusts the count (only the fold writes these)
+    K.winograd_filters(u, w, False, work, useen, version)
+    np.testing.assert_array_equal(u, want)
+    version[0] += 1
+    K.winograd_filters(u, w, False, work, useen, version)
+    K.winograd_filters(want, w, False, work, NO_RECORD, NO_RECORD)
+    np.testing.assert_array_equal(u, want)
+    assert not np.array_equal(u[:, 0, 0], np.zeros(16))
 
 
 def test_run_copies_and_adds_touch_exactly_their_runs(rng):

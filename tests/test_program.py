@@ -170,7 +170,8 @@ def test_batchnorm_folded_into_convolutions_for_inference_matches_the_unfolded_f
     b, gamma, beta, mean = (rng.standard_normal(5).astype(np.float32) for _ in range(4))
     var = rng.random(5).astype(np.float32) + np.float32(0.1)
     wf, bf = np.empty_like(w), np.empty_like(b)
-    K.batchnorm_fold(wf.reshape(5, -1), bf, w.reshape(5, -1), b, gamma, beta, mean, var, 1e-5)
+    K.batchnorm_fold(wf.reshape(5, -1), bf, w.reshape(5, -1), b, gamma, beta, mean, var, 1e-5,
+                     *(np.zeros(0, np.int32),) * 2)
     ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
     np.testing.assert_allclose(wf, ew, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(bf, eb, rtol=1e-6, atol=1e-6)
@@ -215,10 +216,11 @@ def test_a_forward_cut_between_a_convolution_and_its_batchnorm_is_not_folded(rng
 
 def test_packed_weights_follow_every_change_of_the_weights():
     """The transposed ("positions") and Winograd-transformed filters are packed once and reused
-    while the weights' bits stay the same (kernels/cpu/_util.unchanged): after in-place writes
-    through a layer's arrays or the flat parameter buffer, load_state_dict and a BatchNorm whose
-    statistics change (the folded weights), predictions equal those of a fresh network built from
-    the same state (its own packing), at a Winograd batch and at a "positions" one."""
+    while the weights' bits stay the same (kernels/cpu/_util.unchanged; for folded weights the
+    fold's count of its writes): after in-place writes through a layer's arrays or the flat
+    parameter buffer, load_state_dict and changes to any of a folded BatchNorm's inputs,
+    predictions equal those of a fresh network built from the same state (its own packing), at a
+    Winograd batch and at a "positions" one (both packings of the same folded weights)."""
     arch = ("conv(32,3,padding=same),relu,conv(32,3,padding=same),bn,relu,maxpool(2),"
             "conv(16,5,padding=same),relu,gap")
     net = nc.build_network(arch, (1, 8, 8), 4, seed=0)
@@ -244,6 +246,17 @@ def test_packed_weights_follow_every_change_of_the_weights():
     check("the flat parameter buffer scaled")
     bn.running_var[:] *= np.float32(2.0)
     check("BatchNorm statistics (the folded weights) changed")
+    bn.weight[1] = -bn.weight[1]
+    check("BatchNorm's scale of one channel changed")
+    bn.running_mean[0] += np.float32(1.0)
+    bn.bias[2] = np.float32(-0.25)
+    check("BatchNorm's shift changed (the folded bias)")
+    convs[1].bias[3] = np.float32(0.125)
+    check("the folded convolution's own bias changed")
+    convs[1].weight[0, 0, 0, 0] = np.float32(0.0)
+    check("a folded weight set to +0")
+    convs[1].weight[0, 0, 0, 0] = np.float32(-0.0)
+    check("and to -0 (other bits, the same value)")
     net.load_state_dict({k: v[::-1].copy() if v.ndim == 4 else v for k, v in net.state_dict().items()})
     check("load_state_dict")
 
@@ -360,7 +373,7 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     K.tanh_forward(want, z)
     np.testing.assert_array_equal(y3, want)
     filters = (np.zeros((16, 2, 2), np.float32), rng.random((2, 2, 3, 3), dtype=np.float32), False,
-               np.zeros(72, np.float32), np.zeros(0, np.int32))
+               np.zeros(72, np.float32), np.zeros(0, np.int32), np.zeros(0, np.int32))
     schedule = team.schedule([(K.relu_forward, (y1, x)), (K.winograd_filters, filters)], 2)
     assert schedule.order == [0, 1] and schedule.rows[1, 2] < 0  # serial, beside the blocks
     u = np.zeros_like(filters[0])

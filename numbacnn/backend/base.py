@@ -15,6 +15,8 @@ import numpy as np
 
 from .calls import launch
 
+_NO_RECORD = np.zeros(0, np.int32)  # a fold that keeps no record (always folds)
+
 Shape = tuple[int, ...]
 Pair = tuple[int, int]
 
@@ -83,10 +85,12 @@ class ConvPlan:
         self.geometry = geometry
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool,
-                pool: Pair | None, backward: bool = True) -> Any:
+                pool: Pair | None, backward: bool = True, version: Any = None) -> Any:
         """y (N, Co, OH, OW), or pooled (N, Co, OH // PKH, OW // PKW). ``backward=False``
         (inference): no backward follows, so a plan may skip what only the backward reads (the
-        fused pool's argmax)."""
+        fused pool's argmax). ``version``: when weight is the BatchNorm fold's output, the fold's
+        count of its writes (``Backend.batchnorm_fold``), which a plan that packs the weights
+        compares instead of their bits."""
         raise NotImplementedError
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
@@ -169,9 +173,19 @@ class Backend:
         launch(self.kernels.batchnorm_backward, dx if dx is not None else dy, dweight, dbias, dy, x, y,
                mean, invstd, weight, relu, batch_stats, dx is not None)
 
-    def batchnorm_fold(self, wf, bf, w, b, weight, bias, running_mean, running_var, eps: float) -> None:
-        """A convolution (w (Co, K), b) and an evaluation-mode BatchNorm as one convolution (wf, bf)."""
-        launch(self.kernels.batchnorm_fold, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+    def batchnorm_fold(self, ws: Workspace, wf, bf, w, b, weight, bias, running_mean, running_var,
+                       eps: float) -> Any:
+        """A convolution (w (Co, K), b) and an evaluation-mode BatchNorm as one convolution (wf, bf).
+        Returns the fold's count of its writes, for the plans' packings (``ConvPlan.forward``), or
+        None where the backend keeps none: then the fold runs on every call."""
+        seen, version = self._fold_records(ws, w.size + 5 * w.shape[0])
+        launch(self.kernels.batchnorm_fold, wf, bf, w, b, weight, bias, running_mean, running_var, eps,
+               seen, version)
+        return version if version.shape[0] else None
+
+    def _fold_records(self, ws: Workspace, n: int) -> tuple[Any, Any]:
+        """The fold's record of its inputs (n + 1 int32) and its count (1 int32); empty: none."""
+        return _NO_RECORD, _NO_RECORD
 
     def normalize_forward(self, y, x, mean, std) -> None:
         """y = (x - mean[c]) / std[c] on (N, C, S) arrays."""

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cpu as K
-from .base import Backend, ConvGeometry, ConvPlan, Shape
+from .base import Backend, ConvGeometry, ConvPlan, Shape, Workspace
 from .calls import launch
 from .cpu_conv import DirectPlan, GemmPlan, PositionsPlan, WidePlan, WinogradPlan
 
@@ -49,6 +49,14 @@ class CpuBackend(Backend):
 
     def write(self, dst: Any, src: np.ndarray) -> None:
         dst[...] = src
+
+    def _fold_records(self, ws: Workspace, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The fold's input record (created empty: it folds on its first call) and its count."""
+        seen = ws.get("fold_seen")
+        if seen is None or seen.shape != (n + 1,):
+            seen = ws.buf("fold_seen", (n + 1,), np.int32)
+            seen[-1] = 0
+        return seen, ws.buf("fold_version", (1,), np.int32)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
         if (WinogradPlan.fits(geometry)

@@ -23,19 +23,30 @@ from .base import ConvGeometry, ConvPlan, Pair, Workspace
 from .calls import launch
 
 
-def packed_from(ws: Workspace, key: str, weight: np.ndarray) -> np.ndarray:
-    """The record of the weights that a packed layout of them (a transpose, Winograd's transforms)
-    was last made from (kernels/cpu/_util.unchanged): int32, weight.size + 1, created empty (last
-    element 0), so that the packing kernels repack only when the weights' bits change: inference
-    packs once, however many calls follow, and a training step, which changes them, every time."""
+def packed_from(ws: Workspace, key: str, weight: np.ndarray, version: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(seen, version) for a kernel that packs the weights (a transpose, Winograd's transforms):
+    the record of the weights it last packed (kernels/cpu/_util.unchanged): int32, weight.size + 1,
+    created empty (last element 0), so that it repacks only when the weights' bits change:
+    inference packs once, however many calls follow, and a training step, which changes them,
+    every time. With a ``version`` (the BatchNorm fold's count of its writes, weight being the
+    folded weights), the record holds the count it packed at (_util.same_version) and the
+    weights are not compared."""
+    if version is not None:
+        seen = ws.get(key + "_version")
+        if seen is None:
+            seen = ws.buf(key + "_version", (2,), np.int32)
+            seen[:] = 0
+        return seen, version
     seen = ws.get(key)
     if seen is None or seen.shape != (weight.size + 1,):
         seen = ws.buf(key, (weight.size + 1,), np.int32)
         seen[-1] = 0
-    return seen
+    return seen, _NO_VERSION
 
 
 _ALWAYS = np.zeros(0, np.int32)  # no record: the kernel packs on every call
+_NO_VERSION = np.zeros(0, np.int32)  # weights not written by a counting fold
 _NO_OFFSETS = np.zeros(0, np.int64)  # the "positions" forward by columns and a GEMM
 _NO_WEIGHTS = np.zeros((0, 0, 0, 0), np.float32)  # and its input gradient likewise
 _NO_PLANES = np.zeros((1, 0), np.float32)
@@ -128,7 +139,7 @@ class WidePlan(CpuConvPlan):
         return (self.slots, self.geometry.in_channels, hp, wp) if ph > 0 or pw > 0 else (self.slots, 1, 1, 1)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
-                backward: bool = True) -> Any:
+                backward: bool = True, version: Any = None) -> Any:
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         hp, wp, L = self._geometry(x)
@@ -174,14 +185,14 @@ class PositionsPlan(CpuConvPlan):
         return self.slots, (x.shape[2] + 2 * ph) * (x.shape[3] + 2 * pw), self.geometry.in_channels
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
-                backward: bool = True) -> Any:
+                backward: bool = True, version: Any = None) -> Any:
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
         wt = ws.buf("wt", (kh, kw, ci, co))
-        launch(K.position_filters, wt, weight, packed_from(ws, "wt_from", weight))
+        launch(K.position_filters, wt, weight, *packed_from(ws, "wt_from", weight, version))
         direct = self.direct_forward
         launch(K.conv2d_forward_positions,
                y, argmax, ws.buf("yw", (self.slots, L, co)),
@@ -319,7 +330,7 @@ class GemmPlan(CpuConvPlan):
     fuses_pool = False
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
-                backward: bool = True) -> Any:
+                backward: bool = True, version: Any = None) -> Any:
         ws["x"] = x
         y, _ = self.outputs(ws, x, None)
         g = self.geometry
@@ -400,10 +411,10 @@ class WinogradPlan(CpuConvPlan):
         return max(1, WINOGRAD_TILES // tw)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
-                backward: bool = True) -> Any:
+                backward: bool = True, version: Any = None) -> Any:
         self.ran_winograd = self.runs_winograd(x.shape, pool)
         if not self.ran_winograd:
-            return self.fallback.forward(ws, x, weight, bias, relu, pool, backward)
+            return self.fallback.forward(ws, x, weight, bias, relu, pool, backward, version)
         ws["x"] = x
         y, argmax = self.outputs(ws, x, pool)
         g = self.geometry
@@ -415,7 +426,7 @@ class WinogradPlan(CpuConvPlan):
         tiles = -(-th // blocks) * tw  # the largest block's
         u = ws.buf("wino_u", (16, ci, co))
         launch(K.winograd_filters, u, weight, False, ws.buf("wino_work", (18 * ci * co,)),
-               packed_from(ws, "wino_u_from", weight))
+               *packed_from(ws, "wino_u_from", weight, version))
         skew = K.conv2d_winograd.SKEW
         launch(K.conv2d_forward_winograd, y, argmax, ws.buf("wyw", (self.slots, 4 * tiles * co)),
                ws.buf("vw", (self.slots, 16 * (tiles * ci + skew))),
@@ -446,7 +457,8 @@ class WinogradPlan(CpuConvPlan):
         rows = self.block_rows(max(tw, twx))
         cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
         u2 = ws.buf("wino_u2", (16, co, ci))
-        launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)), _ALWAYS)
+        launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)), _ALWAYS,
+               _NO_VERSION)
         skew = K.conv2d_winograd.SKEW
         block = 16 * (rows * twx * max(ci, co) + skew)
         zb = ws.buf("zb", (ci,))

@@ -14,7 +14,7 @@ class GatherPlan(ConvPlan):
     fuses_pool = False
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
-                backward: bool = True) -> Any:
+                backward: bool = True, version: Any = None) -> Any:
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
         ws["x"] = x  # the backward reads the input directly (no im2col cache)

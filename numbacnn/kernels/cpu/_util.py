@@ -116,6 +116,61 @@ def unchanged(seen, w):
     return False
 
 
+@kernel(parallel=False)
+def _bits_diff(seen, at, a):
+    """The OR of seen[at:at + a.size] ^ the bits of a (contiguous float32)."""
+    n = a.size
+    bits = a.reshape(n).view(np.int32)
+    diff = np.int32(0)
+    for i in range(n):
+        diff |= seen[at + i] ^ bits[i]
+    return diff
+
+
+@kernel(parallel=False)
+def _bits_copy(seen, at, a):
+    n = a.size
+    bits = a.reshape(n).view(np.int32)
+    for i in range(n):
+        seen[at + i] = bits[i]
+
+
+@kernel(parallel=False)
+def unchanged_many(seen, a, b, c, d, e, f):
+    """unchanged for six arrays at once: their bits one after another in seen (int32, the six
+    sizes + 1; the last element 1 once it holds a record). The BatchNorm fold's inputs."""
+    n1 = a.size
+    n2 = n1 + b.size
+    n3 = n2 + c.size
+    n4 = n3 + d.size
+    n5 = n4 + e.size
+    n6 = n5 + f.size
+    diff = (_bits_diff(seen, 0, a) | _bits_diff(seen, n1, b) | _bits_diff(seen, n2, c)
+            | _bits_diff(seen, n3, d) | _bits_diff(seen, n4, e) | _bits_diff(seen, n5, f))
+    if seen[n6] == 1 and diff == 0:
+        return True
+    _bits_copy(seen, 0, a)
+    _bits_copy(seen, n1, b)
+    _bits_copy(seen, n2, c)
+    _bits_copy(seen, n3, d)
+    _bits_copy(seen, n4, e)
+    _bits_copy(seen, n5, f)
+    seen[n6] = 1
+    return False
+
+
+@kernel(parallel=False)
+def same_version(seen, version):
+    """Whether a packing made from weights whose writer counts its writes in version[0] (the
+    BatchNorm fold) is current: seen (int32 (2,)) holds the count it was made at and, last, 1 once
+    it holds one (anything else: nothing recorded). If not, records the count."""
+    if seen[1] == 1 and seen[0] == version[0]:
+        return True
+    seen[0] = version[0]
+    seen[1] = 1
+    return False
+
+
 def _contiguous(*arrays):
     """The vector moves read and write memory from an array's data pointer on: only for 1-D
     C-contiguous float32 arrays (a typing error otherwise, never a wrong address)."""

@@ -7,6 +7,7 @@ import numpy as np
 from numba import prange
 
 from ..._config import kernel
+from ._util import unchanged_many
 
 
 @kernel()
@@ -152,34 +153,49 @@ FOLD_SERIAL = 1 << 17
 
 
 @kernel()
-def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """A convolution followed by BatchNorm in evaluation mode, as one convolution: with
     a = weight / sqrt(running_var + eps) (as batchnorm_forward_eval computes it),
     wf[c] = a[c] * w[c] and bf[c] = a[c] * b[c] + (bias[c] - running_mean[c] * a[c]).
     wf, w: (Co, K) (the weights, flat per output channel); bf, b and the rest: (Co,).
-    Output channels in parallel above FOLD_SERIAL weights (the same values either way)."""
-    n = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+    Output channels in parallel above FOLD_SERIAL weights (the same values either way).
+
+    seen: int32, w.size + 5 * Co + 1, the bits of the inputs (w, b, weight, bias, running_mean,
+    running_var) the last fold was made from (_util.unchanged's record), or empty: fold always.
+    A serial fold whose inputs kept their bits returns at once (wf, bf are still what it would
+    write). version: (1,) int32, incremented on every fold that writes (empty: none), so that the
+    packings of wf (Winograd's transforms, the transposed filters) compare a count, not wf's bits
+    (_util.same_version)."""
+    n = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
     if n == 1:
-        batchnorm_fold_block(0, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+        batchnorm_fold_block(0, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
         return
     for c in prange(n):  # one output channel per iteration
-        batchnorm_fold_block(c, wf, bf, w, b, weight, bias, running_mean, running_var, eps)
+        batchnorm_fold_block(c, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
 
 
 @kernel(parallel=False)
-def batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+def batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """1 (every channel in one block) up to FOLD_SERIAL weights, else one block per channel."""
     Co, K = w.shape
     return 1 if Co * K <= FOLD_SERIAL else Co
 
 
 @kernel(parallel=False)
-def batchnorm_fold_block(i, wf, bf, w, b, weight, bias, running_mean, running_var, eps):
+def batchnorm_fold_block(i, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """Block i of batchnorm_fold (batchnorm_fold_blocks): every channel, or channel i. The
     channel loop is written out here: through an inlined helper per channel it ran 2.7x slower
-    (modern's 64 x 576 fold: 5.7 us against 2.1)."""
-    c0, c1 = (0, w.shape[0]) if batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean,
-                                                      running_var, eps) == 1 else (i, i + 1)
+    (modern's 64 x 576 fold: 5.7 us against 2.1). One block (serial) skips a fold whose inputs
+    are unchanged; with a block per channel every channel folds, and block 0 counts the version
+    (read only after the kernel: the packings follow it)."""
+    serial = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen,
+                                   version) == 1
+    if serial and seen.shape[0] > 0 and unchanged_many(seen, w, b, weight, bias, running_mean,
+                                                       running_var):
+        return
+    if version.shape[0] > 0 and (serial or i == 0):
+        version[0] += 1
+    c0, c1 = (0, w.shape[0]) if serial else (i, i + 1)
     for c in range(c0, c1):
         inv = 1.0 / np.sqrt(np.float64(running_var[c]) + eps)
         a = np.float32(weight[c] * inv)

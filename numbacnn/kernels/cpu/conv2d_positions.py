@@ -30,6 +30,7 @@ from ._util import (
     copy_run,
     gather_channels,
     part_bounds,
+    same_version,
     transpose16,
     unchanged,
 )
@@ -38,11 +39,15 @@ from .microkernel import direct_positions
 
 
 @kernel(parallel=False)
-def position_filters(wt, w, seen):
+def position_filters(wt, w, seen, version):
     """wt (KH, KW, Ci, Co) = w (Co, Ci, KH, KW) transposed: the forward's GEMM operand, unless
-    ``seen`` (_util.unchanged) records that wt was made from these very weights. Serial: a parallel
-    region costs more than the copy."""
-    if unchanged(seen, w):
+    ``seen`` (_util.unchanged) records that wt was made from these very weights, or, with a
+    version ((1,): w is the BatchNorm fold's output), the fold's count (_util.same_version).
+    Serial: a parallel region costs more than the copy."""
+    if version.shape[0] > 0:
+        if same_version(seen, version):
+            return
+    elif unchanged(seen, w):
         return
     Co, Ci, KH, KW = w.shape
     for co in range(Co):
