@@ -493,6 +493,38 @@ def test_winograd_inference_pool_by_transposes_matches_training(rng, N, Ci, H, W
     assert np.isnan(y[-1]).any() and not np.isnan(y[:-1]).any()
 
 
+@pytest.mark.parametrize("N,Ci,H,W,Co,P,relu", [
+    (1, 32, 14, 14, 64, 1, True),  # modern's unpooled layer: one example in blocks of tile rows
+    (2, 32, 13, 11, 48, 1, False),  # odd output sides, 3 blocks of 16 channels, no ReLU
+    (3, 32, 9, 7, 32, 0, True),  # 7 x 5 outputs: the last 16 positions overlap the ones before
+    (1, 32, 5, 6, 32, 0, True),  # 3 x 4 outputs (< 16 positions): the exact per-value path
+])
+def test_winograd_unpooled_rows_by_transposes_match_the_oracle(rng, N, Ci, H, W, Co, P, relu):
+    """Unpooled Winograd layers with 16k channels write their output rows through a channel-last
+    scratch and 16 x 16 transposes (rows_transposed): the oracle's values, inference and training
+    forwards the same bits, and NaN stays where the input puts it."""
+    from numbacnn.backend.cpu_conv import WinogradPlan
+
+    layers = [nc.Conv2D(Ci, Co, 3, padding=P)] + ([nc.ReLU()] if relu else [])
+    net = nc.Sequential(layers, seed=0)
+    conv = net.layers[0]
+    conv._plan = WinogradPlan(conv.geometry)
+    conv.plan.always = True
+    net._fuse()
+    x = f32(rng.standard_normal((N, Ci, H, W)))
+    expect = ref.conv2d_forward(x, conv.weight, conv.bias, 1, (P, P))
+    if relu:
+        expect = np.maximum(expect, 0)
+    y = net.forward(x)
+    assert conv.plan.ran_winograd
+    np.testing.assert_array_equal(y, net.forward(x, training=True))
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
+    x[-1, 0, H // 2, W // 2] = np.nan
+    y = net.forward(x)
+    assert np.isnan(y[-1]).any() and not np.isnan(y[:-1]).any()
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(net.forward(x, training=True)))
+
+
 def test_pools_over_128_elements_are_not_fused():
     """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
     for pool, fused in (((8, 16), True), ((9, 15), False)):

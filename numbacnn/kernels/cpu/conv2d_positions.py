@@ -280,11 +280,45 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
 
 
 @kernel(parallel=False)
+def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work):
+    """_epilogue_positions without a pool on the position-major ytf (rows of ``pitch`` positions,
+    in the order _slot(ox, half) gives) into output rows r0 .. r0 + rows - 1 of the example's output of (flat
+    (Co, R, OW)): bias (and ReLU) per position along the channels into a channel-last scratch
+    ``work`` (rows * OW * Co floats, not ytf), the positions put in their natural order on the
+    way, then 16 x 16 register transposes into the channel rows (the last block of positions
+    overlaps the one before), instead of a store per channel and position a plane apart (modern's
+    unpooled 14 x 14 Winograd layer). For Co divisible by 16 and rows * OW >= 16. The same values
+    as _epilogue_positions (NaN stays NaN)."""
+    Co = b.shape[0]
+    zero = np.float32(0.0)
+    for oy in range(rows):
+        for ox in range(OW):
+            j = oy * pitch + _slot(ox, half)
+            src = ytf[j * Co:j * Co + Co]
+            dst = work[(oy * OW + ox) * Co:(oy * OW + ox + 1) * Co]
+            if relu:
+                for co in range(Co):
+                    v = src[co] + b[co]
+                    dst[co] = v if not v < zero else zero
+            else:
+                for co in range(Co):
+                    dst[co] = src[co] + b[co]
+    P = rows * OW
+    for c0 in range(0, Co, 16):
+        for p in range(0, P, 16):
+            p0 = min(p, P - 16)
+            d = (c0 * R + r0) * OW + p0
+            transpose16(of, d, d + R * OW, 2 * R * OW, work, p0 * Co + c0, Co)
+
+
+@kernel(parallel=False)
 def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
-    """_epilogue_positions without a pool, for Co divisible by 16 and OW >= 16: bias and ReLU on
-    the (rows * OW, Co) block ytf in place (along its channels; none when b is empty), then 16 x 16
-    blocks transposed into output rows r0 .. r0 + rows - 1 of of, the example's output (Co, R, OW)
-    read flat."""
+    """_epilogue_positions without a pool, for Co divisible by 16 and rows * OW >= 16: bias and
+    ReLU on the (rows * OW, Co) block ytf in place (along its channels; none when b is empty),
+    then 16 x 16 blocks transposed into output rows r0 .. r0 + rows - 1 of of, the example's output
+    (Co, R, OW) read flat: those rows are rows * OW contiguous floats of each channel, so the
+    blocks run over them whole (the last overlapping the one before), rows narrower than 16
+    included."""
     zero = np.float32(0.0)
     for p in range(rows * OW if b.shape[0] > 0 else 0):
         v = ytf[p * Co:(p + 1) * Co]
@@ -295,12 +329,12 @@ def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
         else:
             for co in range(Co):
                 v[co] += b[co]
-    for oy in range(rows):
-        for c0 in range(0, Co, 16):
-            for j in range(0, OW, 16):
-                j0 = min(j, OW - 16)  # the last block may overlap the one before
-                d = (c0 * R + r0 + oy) * OW + j0
-                transpose16(of, d, d + R * OW, 2 * R * OW, ytf, (oy * OW + j0) * Co + c0, Co)
+    P = rows * OW
+    for c0 in range(0, Co, 16):
+        for p in range(0, P, 16):
+            p0 = min(p, P - 16)  # the last block may overlap the one before
+            d = (c0 * R + r0) * OW + p0
+            transpose16(of, d, d + R * OW, 2 * R * OW, ytf, p0 * Co + c0, Co)
 
 
 @kernel()
@@ -364,7 +398,7 @@ def conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, S
             _im2col_positions(cf, xtf, x[n], PH, PW, KH, KW, SH, SW, r0 * U, r1 * U)
             sgemm(False, False, Lb, Co, ckk, np.float32(1.0), cf, 0, ckk, wf, 0, Co,
                   np.float32(0.0), yf, 0, Co)
-        if PKH == 0 and xo.shape[0] > 0 and OW >= 16:
+        if PKH == 0 and xo.shape[0] > 0 and (r1 - r0) * OW >= 16:
             _epilogue_rows(out[n].reshape(Co * OH * OW), OH, r0, yf, b, Co, OW, r1 - r0, relu)
         else:
             _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, OW, relu, PKH, PKW, 0,
@@ -438,7 +472,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
                     direct_positions(dyf, gpf, xo, wr.reshape(KH * KW * Co * Ci), H * W, Ci, KH, KW * Co,
                                      (OW + 2 * QW) * Co)
                     dxn = dx[n0 + g0 + e]
-                    if W >= 16:
+                    if H * W >= 16:
                         _epilogue_rows(dxn.reshape(Ci * H * W), H, 0, dyf, dyf[:0], Ci, W, H, False)
                     else:
                         for ci in range(Ci):

@@ -26,7 +26,7 @@ from ..._config import kernel
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm
-from .conv2d_positions import _epilogue_positions, pool2x2_transposed
+from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
 
 # The 16 transformed matrices of a block lie SKEW floats more than their size apart: at a size of
 # 4 KiB (16 channels x 64 tiles) the 16 streams of a transform otherwise fall into the same cache
@@ -377,6 +377,10 @@ def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, P
                 and (r1 - r0) * out.shape[3] >= 16
                 and pool2x2_transposed(out[n].reshape(out.shape[1] * R * out.shape[3]), R, r0, yf,
                                        b, 2 * TW, TW, r1 - r0, out.shape[3], mw[t])):
+            return
+        if PKH == 0 and r1 > r0 and Co % 16 == 0 and (r1 - r0) * OW >= 16:
+            rows_transposed(out[n].reshape(Co * R * OW), R, r0, yf, b, 2 * TW, TW, r1 - r0, OW, relu,
+                            mw[t])
             return
         if r1 > r0:
             _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
