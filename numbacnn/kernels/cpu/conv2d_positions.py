@@ -244,6 +244,19 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
 
 
 @kernel(parallel=False)
+def _channel_rows(of, R, r0, OW, src, Co, P):
+    """Rows r0 .. of of (flat (Co, R, OW)), P = their rows * OW floats of each channel (contiguous),
+    from the channel-last src (flat (P, Co)): 16 x 16 register transposes (the last block of
+    positions overlaps the one before, so that nothing past the P positions is touched). Co
+    divisible by 16, P >= 16."""
+    for c0 in range(0, Co, 16):
+        for p in range(0, P, 16):
+            p0 = min(p, P - 16)  # the last block may overlap the one before
+            d = (c0 * R + r0) * OW + p0
+            transpose16(of, d, d + R * OW, 2 * R * OW, src, p0 * Co + c0, Co)
+
+
+@kernel(parallel=False)
 def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
     """Inference's fused 2x2 max pool (no argmax), bias and ReLU of the position-major ytf (read
     as _epilogue_positions reads it) into pooled rows r0 .. r0 + rows - 1 of the example's output
@@ -271,11 +284,7 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
             dst = work[(py * PW + px) * Co:(py * PW + px + 1) * Co]
             for co in range(Co):
                 dst[co] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
-    for c0 in range(0, Co, 16):
-        for p in range(0, P, 16):
-            p0 = min(p, P - 16)
-            d = (c0 * R + r0) * PW + p0
-            transpose16(of, d, d + R * PW, 2 * R * PW, work, p0 * Co + c0, Co)
+    _channel_rows(of, R, r0, PW, work, Co, P)
     return True
 
 
@@ -303,12 +312,7 @@ def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work):
             else:
                 for co in range(Co):
                     dst[co] = src[co] + b[co]
-    P = rows * OW
-    for c0 in range(0, Co, 16):
-        for p in range(0, P, 16):
-            p0 = min(p, P - 16)
-            d = (c0 * R + r0) * OW + p0
-            transpose16(of, d, d + R * OW, 2 * R * OW, work, p0 * Co + c0, Co)
+    _channel_rows(of, R, r0, OW, work, Co, rows * OW)
 
 
 @kernel(parallel=False)
@@ -329,12 +333,7 @@ def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
         else:
             for co in range(Co):
                 v[co] += b[co]
-    P = rows * OW
-    for c0 in range(0, Co, 16):
-        for p in range(0, P, 16):
-            p0 = min(p, P - 16)  # the last block may overlap the one before
-            d = (c0 * R + r0) * OW + p0
-            transpose16(of, d, d + R * OW, 2 * R * OW, ytf, p0 * Co + c0, Co)
+    _channel_rows(of, R, r0, OW, ytf, Co, rows * OW)
 
 
 @kernel()
