@@ -941,6 +941,32 @@ def test_fma_blocks_and_16x16_transposes(rng):
         np.testing.assert_array_equal(d, want)
 
 
+def test_gemm_blocks_against_float64_and_on_every_row_count(rng):
+    """microkernel.gemm_blocks (Winograd's 16 GEMMs): against a float64 product (stated tolerance)
+    at offsets inside larger arrays, for every row count from 1 to 30 (blocks of their own height,
+    of 6 and of 12 rows, the last overlapping) and column counts that take 32-wide blocks, 16-wide
+    ones and an overlapping last one; a row's bits do not depend on how many rows the call has,
+    and nothing outside the product is written."""
+    from numbacnn.kernels.cpu.microkernel import gemm_blocks
+
+    for N, T in ((64, 32), (48, 19), (40, 33), (16, 7)):
+        x = f32(rng.standard_normal(3 + 30 * T))
+        w = f32(rng.standard_normal(5 + T * N))
+        full = None
+        for M in range(1, 31):
+            y = np.full(11 + M * N + 9, np.nan, np.float32)
+            gemm_blocks(y, 11, x, 3, w, 5, M, N, T)
+            want = x[3:3 + M * T].reshape(M, T).astype(np.float64) @ w[5:].reshape(T, N).astype(np.float64)
+            np.testing.assert_allclose(y[11:11 + M * N].reshape(M, N), want, rtol=1e-5, atol=1e-4)
+            assert np.isnan(y[:11]).all() and np.isnan(y[11 + M * N:]).all()
+            if M == 30:
+                full = y[11:11 + M * N]
+        for M in range(1, 30):
+            y = np.empty(M * N, np.float32)
+            gemm_blocks(y, 0, x, 3, w, 5, M, N, T)
+            np.testing.assert_array_equal(y, full[:M * N], err_msg=f"{M} rows of {N} x {T}")
+
+
 @pytest.mark.parametrize("n", [7, 100_000])  # one block, and blocks in parallel
 def test_add_relu_is_relu_of_the_sum_and_keeps_nan(rng, n):
     """add with relu (a residual block's add with the ReLU after it) against NumPy: the same bits as

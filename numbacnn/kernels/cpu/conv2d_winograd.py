@@ -27,6 +27,7 @@ from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
+from .microkernel import gemm_blocks
 
 # The 16 transformed matrices of a block lie SKEW floats more than their size apart: at a size of
 # 4 KiB (16 channels x 64 tiles) the 16 streams of a transform otherwise fall into the same cache
@@ -308,14 +309,18 @@ def winograd_tiles(OH, OW, PKH, PKW):
 def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
     """Outputs (as _output_tiles lays them out) of tile rows T0 .. T0 + TR - 1 of the convolution of
     the padded plane pf (rows from R0, width Wt, C channels) with the transformed filters U
-    (16, C, Co): input transform, 16 GEMMs, output transform. vf, mf: workspaces."""
+    (16, C, Co): input transform, 16 GEMMs (FMA blocks, microkernel.gemm_blocks, from 16 output
+    channels on), output transform. vf, mf: workspaces."""
     C, Co = U.shape[1], U.shape[2]
     TB = TR * TW
     Uf = U.reshape(16 * C * Co)
     _input_tiles(vf, pf, sc, Wt, C, T0, TR, TW, R0, 0, TB * C + SKEW)
     for k in range(16):  # M[k] (TB, Co) = V[k] (TB, C) @ U[k] (C, Co)
-        sgemm(False, False, TB, Co, C, np.float32(1.0), vf, k * (TB * C + SKEW), C, Uf, k * C * Co,
-              Co, np.float32(0.0), mf, k * (TB * Co + SKEW), Co)
+        if Co >= 16:
+            gemm_blocks(mf, k * (TB * Co + SKEW), vf, k * (TB * C + SKEW), Uf, k * C * Co, TB, Co, C)
+        else:  # narrower than a vector (the tests run every shape through Winograd)
+            sgemm(False, False, TB, Co, C, np.float32(1.0), vf, k * (TB * C + SKEW), C, Uf, k * C * Co,
+                  Co, np.float32(0.0), mf, k * (TB * Co + SKEW), Co)
     _output_tiles(yf, mf, sc, Co, TR, TW)
 
 

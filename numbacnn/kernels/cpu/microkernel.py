@@ -41,14 +41,17 @@ WIDE = _avx512()
 ROWS = 6
 
 
-def _block(R: int, V: int):
+def _block(R: int, V: int, strided: bool = False):
     """The intrinsic for an R x 16V block: (yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first) ->
-    None; ``first`` true: the block is written (the sums alone), false: added to what yf holds."""
+    None; ``first`` true: the block is written (the sums alone), false: added to what yf holds.
+    ``strided``: the rows of x lie xs floats apart instead (row r of x at x0 + r * xs), and the
+    block has ``rows`` rows, any of 1 .. R, chosen at run time (a switch over the compiled
+    heights): (yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T, first)."""
 
     @intrinsic
     def fma_block(typingctx, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
         _contiguous(yf, xf, wf)
-        if not (isinstance(xo, types.Array) and xo.ndim == 1 and xo.dtype == types.int64):
+        if not strided and not (isinstance(xo, types.Array) and xo.ndim == 1 and xo.dtype == types.int64):
             raise numba.core.errors.TypingError(f"expected 1-D int64 offsets, got {xo}")
         sig = types.void(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
 
@@ -68,54 +71,75 @@ def _block(R: int, V: int):
 
             yp = builder.gep(at(yf, 0), [i(1)])
             xp = builder.gep(at(xf, 3), [i(4)])
-            op = builder.gep(at(xo, 5), [i(6)])
             wp = builder.gep(at(wf, 7), [i(8)])
             ystride, wstride, count = i(2), i(9), i(10)
             first_ = context.cast(builder, args[11], tys[11], types.boolean)
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                                  "llvm.fma.v16f32")
             zero = ir.Constant(vec, [0.0] * LANES)
-            accs = []
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
 
             def yat(r, v):  # where accumulator (r, v) lives in yf
                 return vptr(yp, builder.add(builder.mul(ir.Constant(i64, r), ystride),
                                             ir.Constant(i64, LANES * v)))
-            for r in range(R):
-                row = []
-                for v in range(V):
-                    slot = cgutils.alloca_once(builder, vec)
-                    old = builder.load(yat(r, v), align=4)
-                    builder.store(builder.select(first_, zero, old), slot)
-                    row.append(slot)
-                accs.append(row)
-            xrows = [builder.gep(xp, [builder.load(builder.gep(op, [ir.Constant(i64, r)]))])
-                     for r in range(R)]
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-            with cgutils.for_range(builder, count) as loop:
-                t = loop.index
-                wrow = builder.gep(wp, [builder.mul(t, wstride)])
-                ws_ = [builder.load(vptr(wrow, ir.Constant(i64, LANES * v)), align=4) for v in range(V)]
+
+            def emit(R):  # the block of R rows, at the builder's position
+                accs = []
                 for r in range(R):
-                    s = builder.load(builder.gep(xrows[r], [t]))
-                    s = builder.insert_element(ir.Constant(vec, None), s, ir.Constant(ir.IntType(32), 0))
-                    s = builder.shuffle_vector(s, s, splat_mask)
+                    row = []
                     for v in range(V):
-                        builder.store(builder.call(fma, [s, ws_[v], builder.load(accs[r][v])]), accs[r][v])
-            for r in range(R):
-                for v in range(V):
-                    builder.store(builder.load(accs[r][v]), yat(r, v), align=4)
+                        slot = cgutils.alloca_once(builder, vec)
+                        old = builder.load(yat(r, v), align=4)
+                        builder.store(builder.select(first_, zero, old), slot)
+                        row.append(slot)
+                    accs.append(row)
+                if strided:
+                    xrows = [builder.gep(xp, [builder.mul(ir.Constant(i64, r), i(5))]) for r in range(R)]
+                else:
+                    op = builder.gep(at(xo, 5), [i(6)])
+                    xrows = [builder.gep(xp, [builder.load(builder.gep(op, [ir.Constant(i64, r)]))])
+                             for r in range(R)]
+                with cgutils.for_range(builder, count) as loop:
+                    t = loop.index
+                    wrow = builder.gep(wp, [builder.mul(t, wstride)])
+                    ws_ = [builder.load(vptr(wrow, ir.Constant(i64, LANES * v)), align=4) for v in range(V)]
+                    for r in range(R):
+                        s = builder.load(builder.gep(xrows[r], [t]))
+                        s = builder.insert_element(ir.Constant(vec, None), s, ir.Constant(ir.IntType(32), 0))
+                        s = builder.shuffle_vector(s, s, splat_mask)
+                        for v in range(V):
+                            builder.store(builder.call(fma, [s, ws_[v], builder.load(accs[r][v])]),
+                                          accs[r][v])
+                for r in range(R):
+                    for v in range(V):
+                        builder.store(builder.load(accs[r][v]), yat(r, v), align=4)
+
+            if strided:  # one case per height
+                end = builder.append_basic_block("fma_end")
+                switch = builder.switch(i(6), end)
+                for h in range(1, R + 1):
+                    case = builder.append_basic_block(f"fma_rows_{h}")
+                    switch.add_case(ir.Constant(i64, h), case)
+                    builder.position_at_end(case)
+                    emit(h)
+                    builder.branch(end)
+                builder.position_at_end(end)
+            else:
+                emit(R)
             return context.get_dummy_value()
         return sig, codegen
     return fma_block
 
 
 if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with bounds checks
-    def _block(R: int, V: int):  # type: ignore[no-redef]
+    def _block(R: int, V: int, strided: bool = False):  # type: ignore[no-redef]
         def fma_block(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
-            y0, ys, x0, k0, w0, ws, T = (int(a) for a in (y0, ys, x0, k0, w0, ws, T))
+            y0, ys, x0, w0, ws, T = (int(a) for a in (y0, ys, x0, w0, ws, T))
             n = LANES * V
             for r in range(R):
-                xr = x0 + int(xo[k0 + r])
+                if strided and r >= int(k0):
+                    break
+                xr = x0 + (r * int(xo) if strided else int(xo[int(k0) + r]))
                 if T > 0 and not (0 <= xr and xr + T <= xf.shape[0] and w0 + (T - 1) * ws + n <= wf.shape[0]
                                   and y0 + r * ys + n <= yf.shape[0]):
                     raise IndexError("an FMA block outside its arrays")
@@ -129,6 +153,8 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with 
 
 _BIG_1, _ONE_1 = _block(2 * ROWS if WIDE else ROWS, 1), _block(1, 1)  # 12 (6) x 16 and 1 x 16
 _BIG_2, _ONE_2 = _block(ROWS, 2), _block(1, 2)  # 6 x 32 and 1 x 32 (AVX-512 only)
+# Rows of x a stride apart (gemm_blocks), blocks of any height up to the big ones'
+_STRIDED_1, _STRIDED_2 = _block(2 * ROWS if WIDE else ROWS, 1, True), _block(ROWS, 2, True)
 
 
 @kernel(parallel=False, inline=True)
@@ -163,3 +189,37 @@ def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
             for ky in range(KH):
                 _fma_rows(big, V, yf, p0 * Co + c0, Co, xtf, ky * row, xo, p0, wf, ky * run * Co + c0, Co,
                           run, ky == 0)
+
+
+@kernel(parallel=False, inline=True)
+def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T):
+    """An R x 16V block (R up to 12 x 16 or 6 x 32; 6 x 16 without AVX-512) with the rows of x xs
+    floats apart, written (not added to)."""
+    if V == 2:
+        _STRIDED_2(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, True)
+    else:
+        _STRIDED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, True)
+
+
+@kernel(parallel=False)
+def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
+    """yf[y0:] (M, N) = xf[x0:] (M, K) @ wf[w0:] (K, N), row-major, N >= 16 (rows of N, K and N
+    floats): the FMA blocks of the module's docstring over 16V columns (V 2 where N is a multiple
+    of 32 with AVX-512) and R rows (12 x 16, 6 x 32; 6 x 16 without AVX-512), the last block of
+    columns overlapping the one before (computed again, to the same bits); the rows left over run
+    as one block of their own height (an overlapping big block redid up to 5 of the rows of
+    Winograd's 7- or 14-tile GEMMs). Each sum runs over k in order with fused multiply-adds,
+    whatever the BLAS, so a row's bits do not depend on its block. For the small GEMMs of
+    Winograd's transformed tiles, which OpenBLAS runs well only where it has small-matrix kernels
+    (its Haswell kernels pack both operands on every call: 2-5x slower)."""
+    V = 2 if N % 32 == 0 and WIDE else 1
+    R = ROWS if V == 2 or not WIDE else 2 * ROWS
+    width = 16 * V
+    for c in range(0, N, width):
+        c0 = min(c, N - width)
+        p = 0
+        while p + R <= M:
+            _strided_rows(R, V, yf, y0 + p * N + c0, N, xf, x0 + p * K, K, wf, w0 + c0, N, K)
+            p += R
+        if p < M:  # the rows left over: one block of their own height
+            _strided_rows(M - p, V, yf, y0 + p * N + c0, N, xf, x0 + p * K, K, wf, w0 + c0, N, K)
