@@ -247,7 +247,7 @@ MUTANTS = [
       "                y1[j] += (b0", "                y1[j] = (b0",
       ["tests/test_kernels.py", "-k", "forward_backward_match"]),
     M("packed weights: a record never notices a change of the weights", K + "_util.py",
-      "if seen[n] == 1 and diff == 0:", "if seen[n] == 1:",
+      "if seen[n] == 1 and _bits_diff(seen, 0, w) == 0:", "if seen[n] == 1:",
       ["tests/test_program.py", "-k", "packed_weights"]),
     M("inference replays: a view of the input keeps reading the recording buffer", "numbacnn/program.py",
       "a[k] = x if view is None else np.ndarray(view[1], np.float32, x, view[0], view[2])",

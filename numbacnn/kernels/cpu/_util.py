@@ -97,6 +97,26 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
 
 
 @kernel(parallel=False)
+def _bits_diff(seen, at, a):
+    """The OR of seen[at:at + a.size] ^ the bits of a (contiguous float32)."""
+    n = a.size
+    bits = a.reshape(n).view(np.int32)
+    diff = np.int32(0)
+    for i in range(n):  # no early exit: an OR reduction vectorises
+        diff |= seen[at + i] ^ bits[i]
+    return diff
+
+
+@kernel(parallel=False)
+def _bits_copy(seen, at, a):
+    """seen[at:at + a.size] = the bits of a (contiguous float32)."""
+    n = a.size
+    bits = a.reshape(n).view(np.int32)
+    for i in range(n):
+        seen[at + i] = bits[i]
+
+
+@kernel(parallel=False)
 def unchanged(seen, w):
     """Whether the bits of w (contiguous, any shape) are those that ``seen`` recorded; if not,
     records them. seen: int32, w.size + 1: the bits and, last, 1 once it holds a record (0 or
@@ -104,35 +124,11 @@ def unchanged(seen, w):
     Winograd's filter transforms) that have not changed since it last packed them: compared bit
     for bit, so any write to the weights, a NaN or a signed zero included, repacks."""
     n = w.size
-    bits = w.reshape(n).view(np.int32)
-    diff = np.int32(0)
-    for i in range(n):  # no early exit: an OR reduction vectorises
-        diff |= seen[i] ^ bits[i]
-    if seen[n] == 1 and diff == 0:
+    if seen[n] == 1 and _bits_diff(seen, 0, w) == 0:
         return True
-    for i in range(n):
-        seen[i] = bits[i]
+    _bits_copy(seen, 0, w)
     seen[n] = 1
     return False
-
-
-@kernel(parallel=False)
-def _bits_diff(seen, at, a):
-    """The OR of seen[at:at + a.size] ^ the bits of a (contiguous float32)."""
-    n = a.size
-    bits = a.reshape(n).view(np.int32)
-    diff = np.int32(0)
-    for i in range(n):
-        diff |= seen[at + i] ^ bits[i]
-    return diff
-
-
-@kernel(parallel=False)
-def _bits_copy(seen, at, a):
-    n = a.size
-    bits = a.reshape(n).view(np.int32)
-    for i in range(n):
-        seen[at + i] = bits[i]
 
 
 @kernel(parallel=False)
