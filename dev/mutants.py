@@ -398,6 +398,14 @@ MUTANTS = [
       "        for p in range(0, P, 16):\n            p0 = min(p, P - 16)  # the last",
       "        for p in range(0, P - 15, 16):\n            p0 = min(p, P - 16)  # the last",
       ["tests/test_kernels.py", "-k", "conv2d_forward_backward_match_oracle and 130-12-5-6"]),
+    M("Winograd on odd sides: inference counts only whole tiles", "numbacnn/backend/cpu_conv.py",
+      "return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_MIN_TILES",
+      "return self.always or n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES",
+      ["tests/test_kernels.py", "-k", "falls_back"]),
+    M("Winograd on odd sides: inference keeps the training rule", "numbacnn/backend/cpu_conv.py",
+      "        if not backward:\n            return self.always or n * ((oh + 1)",
+      "        if False:\n            return self.always or n * ((oh + 1)",
+      ["tests/test_kernels.py", "-k", "falls_back"]),
 ]
 
 
