@@ -223,17 +223,22 @@ class Sequential:
 
     def _folds_inside(self, upto: int | None) -> bool:
         """Whether ``layers[:upto]`` holds every layer that its inference folds reach (a Conv2D's
-        BatchNorm2D, and the max pool it pools for), so that the folded forward stops where asked."""
+        BatchNorm2D, and the max pool it pools for), and the last Conv2D before the cut hands its
+        output on channel-first (not to a Winograd layer past the cut, ``infer_layout``), so that
+        the folded forward stops where asked."""
         if upto is None:
             return True
         cut = upto if upto >= 0 else len(self.layers) + upto
+        last = None
         for i, layer in enumerate(self.layers[:cut]):
             reach = 0
-            if isinstance(layer, Conv2D) and layer.infer_bn is not None:
-                reach = 3 if layer.infer_pool else 1
+            if isinstance(layer, Conv2D):
+                last = layer
+                if layer.infer_bn is not None:
+                    reach = 3 if layer.infer_pool else 1
             if i + reach >= cut:
                 return False
-        return True
+        return last is None or not last.infer_layout & 2
 
     def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram:
         """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded on

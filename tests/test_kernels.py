@@ -525,6 +525,74 @@ def test_winograd_unpooled_rows_by_transposes_match_the_oracle(rng, N, Ci, H, W,
     np.testing.assert_array_equal(np.isnan(y), np.isnan(net.forward(x, training=True)))
 
 
+def _winograd_chain(rng, Co2):
+    """Conv-BN-ReLU-pool, conv-BN-ReLU, conv-ReLU, flatten: three Winograd layers, an inference
+    chain with channel-last activations between them; BatchNorm statistics not trivial."""
+    net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.BatchNorm2D(32), nc.ReLU(), nc.MaxPool2D(2),
+                         nc.Conv2D(32, Co2, 3, padding=1), nc.BatchNorm2D(Co2), nc.ReLU(),
+                         nc.Conv2D(Co2, 32, 3), nc.ReLU(), nc.Flatten()], seed=3)
+    for bn in (net.layers[1], net.layers[5]):
+        c = bn.num_features
+        bn.running_mean[:] = f32(0.3 * rng.standard_normal(c))
+        bn.running_var[:] = f32(rng.random(c) + 0.5)
+        bn.weight[:] = f32(1 + 0.2 * rng.standard_normal(c))
+        bn.bias[:] = f32(0.2 * rng.standard_normal(c))
+    return net
+
+
+def _chain_oracle(net, x):
+    """The float64 oracle of _winograd_chain's inference (up to its flatten)."""
+    h = np.asarray(x, np.float64)
+    for conv, bn, pool in ((net.layers[0], net.layers[1], True), (net.layers[4], net.layers[5], False),
+                           (net.layers[7], None, False)):
+        h = ref.conv2d_forward(h, conv.weight, conv.bias, 1, conv.padding)
+        if bn is not None:
+            h = ref.batchnorm_forward(h, *_bn(bn))[0]
+        h = np.maximum(h, 0)
+        if pool:
+            h = ref.maxpool2d_forward(h, 2, 2, 0)[0]
+    return h.reshape(len(h), -1)
+
+
+@pytest.mark.parametrize("N,H,W,Co2", [
+    (1, 28, 28, 64),  # modern's shapes at batch 1
+    (3, 17, 13, 48),  # odd sides (half-empty last tiles, an odd row the pool drops), 3 x 16 channels
+    (2, 12, 10, 40),  # channels not in 16s: the exact epilogue into channel-last rows
+    (1, 8, 8, 32),  # too few tiles: the "positions" fallback converts layouts on the way
+])
+def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W, Co2):
+    """Consecutive Winograd layers hand each other channel-last activations in inference (no
+    transposes between them): the same bits as the channel-first chain, the oracle's values, NaN
+    kept to its example, and a forward that stops inside the chain returns channel-first features."""
+    net = _winograd_chain(rng, Co2)
+    convs = [net.layers[i] for i in (0, 4, 7)]
+    assert [c.strategy for c in convs] == ["winograd"] * 3
+    assert [c.infer_layout for c in convs] == [2, 3, 1]
+    x = f32(rng.standard_normal((N, 32, H, W)))
+    good = N - 1 if N > 1 else N  # with several examples the last one holds a NaN
+    if N > 1:
+        x[-1, 5, H // 2, W // 3] = np.nan
+    y = net.forward(x)
+    np.testing.assert_allclose(y[:good], _chain_oracle(net, x[:good]), rtol=1e-4, atol=1e-4)
+    assert not np.isnan(y[:good]).any() and (N == 1 or np.isnan(y[-1]).any())
+    features = net.forward(x, upto=7)  # stops between the second and third convs: channel-first
+    assert features.shape == (N, Co2, H // 2, W // 2)
+    h = ref.maxpool2d_forward(np.maximum(ref.batchnorm_forward(ref.conv2d_forward(
+        x[:good], convs[0].weight, convs[0].bias, 1, 1), *_bn(net.layers[1]))[0], 0), 2, 2, 0)[0]
+    h = np.maximum(ref.batchnorm_forward(ref.conv2d_forward(h, convs[1].weight, convs[1].bias, 1, 1),
+                                         *_bn(net.layers[5]))[0], 0)
+    np.testing.assert_allclose(features[:good], h, rtol=1e-4, atol=1e-4)
+    for c in convs:  # the channel-first chain: the same bits
+        c.infer_layout = 0
+    net.__dict__.pop("_programs", None)
+    np.testing.assert_array_equal(net.forward(x), y)
+
+
+def _bn(bn):
+    """The reference batchnorm_forward's arguments after x, in evaluation."""
+    return bn.weight, bn.bias, bn.eps, False, bn.running_mean, bn.running_var
+
+
 def test_pools_over_128_elements_are_not_fused():
     """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
     for pool, fused in (((8, 16), True), ((9, 15), False)):
@@ -719,6 +787,39 @@ def test_batchnorm_fold_matches_the_oracle_on_one_thread_and_many(rng, co, k):
                      NO_RECORD)
     np.testing.assert_array_equal(wf1, wf[:3])
     np.testing.assert_array_equal(bf1, bf[:3])
+
+
+@pytest.mark.parametrize("first", ["predict", "train"])
+def test_folded_and_plain_packings_are_never_taken_for_each_other(rng, first):
+    """Inference packs the BatchNorm-folded weights (Winograd's transforms, the positions plan's
+    transpose), training and unfolded forwards the plain ones, each kind in its own buffer under
+    its own record: a prediction after a training forward, or after an unfolded one, with no
+    weight update between (and a training forward after a prediction) runs on its own kind."""
+    def build():
+        net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.BatchNorm2D(32), nc.ReLU(), nc.MaxPool2D(2),
+                             nc.Conv2D(32, 16, 5, padding=2), nc.BatchNorm2D(16), nc.ReLU(), nc.Flatten()],
+                            seed=5)
+        for bn in (net.layers[1], net.layers[5]):
+            bn.running_mean[:] = f32(0.5 * rng.standard_normal(bn.num_features))
+            bn.running_var[:] = f32(rng.random(bn.num_features) + 0.5)
+        return net
+    net = build()
+    assert [net.layers[i].strategy for i in (0, 4)] == ["winograd", "positions"]
+    x = f32(rng.standard_normal((4, 32, 16, 16)))
+    if first == "predict":
+        y = net.forward(x)
+        unfolded = net.forward(x, upto=2)  # inside the first fold: the plain weights, unfolded
+        np.testing.assert_array_equal(net.forward(x), y)
+        with net.unfused():
+            np.testing.assert_allclose(net.forward(x), y, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(net.forward(x), y)
+        assert unfolded.shape == (4, 32, 16, 16)
+    else:
+        state = {k: v.copy() for k, v in net.state_dict().items()}
+        want = net.forward(x, training=True)  # the plain weights' packing
+        net.load_state_dict(state)  # the running statistics back as they were
+        net.forward(x)  # a prediction packs the folded weights
+        np.testing.assert_array_equal(net.forward(x, training=True), want)
 
 
 def test_batchnorm_fold_skips_unchanged_inputs_and_counts_its_writes(rng):

@@ -93,6 +93,16 @@ class ConvPlan:
         compares instead of their bits."""
         raise NotImplementedError
 
+    # whether inference chains may hand this plan channel-last activations (forward_channels_last)
+    channels_last = False
+
+    def forward_channels_last(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool,
+                              pool: Pair | None, version: Any, layout: int) -> Any:
+        """An inference forward (no backward follows) with x channel-last (N, H, W, C) when
+        ``layout`` & 1, and its result (N, OH, OW, Co) when ``layout`` & 2; plans with
+        ``channels_last`` only (layers.fuse_chain chains them)."""
+        raise NotImplementedError
+
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                  relu: bool, pool: Pair | None) -> Any:
         """Writes dweight and dbias (overwriting); returns dx (N, Ci, H, W), or None."""

@@ -45,6 +45,15 @@ def packed_from(ws: Workspace, key: str, weight: np.ndarray, version: np.ndarray
     return seen, _NO_VERSION
 
 
+def _packing(key: str, version: np.ndarray | None) -> str:
+    """The workspace key of a packing of the weights: the folded weights' (inference, with the
+    fold's ``version``) apart from the plain weights' (training), each with its own record
+    (packed_from), so that neither is taken for the other: one buffer for both let a prediction
+    after a training forward (or an unfolded one) without a weight update in between run on
+    the plain weights' packing, and a training forward after a prediction on the folded ones."""
+    return key if version is None else key + "_folded"
+
+
 _ALWAYS = np.zeros(0, np.int32)  # no record: the kernel packs on every call
 _NO_VERSION = np.zeros(0, np.int32)  # weights not written by a counting fold
 _NO_OFFSETS = np.zeros(0, np.int64)  # the "positions" forward by columns and a GEMM
@@ -63,16 +72,23 @@ class CpuConvPlan(ConvPlan):
         super().__init__(geometry)
         self.slots = _config.max_threads()  # rows of the per-thread workspaces (fixed per process)
 
-    def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None) -> tuple[np.ndarray, np.ndarray]:
+    def outputs(self, ws: Workspace, x: np.ndarray, pool: Pair | None, shape: tuple[int, ...] | None = None,
+                channels_last: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """y and the pool argmax: pooled shapes with a fused pool, else the conv output and an unused
-        (N, 1, 1, 1) placeholder (one entry per example keeps the kernels' argmax[n] in bounds)."""
-        n, _, h, w = x.shape
+        (N, 1, 1, 1) placeholder (one entry per example keeps the kernels' argmax[n] in bounds).
+        ``shape``: x's as (N, C, H, W) when x is not laid out so; ``channels_last``: y as (N, OH,
+        OW, Co) (the argmax keeps its shape)."""
+        n, _, h, w = shape or x.shape
         oh, ow = self.geometry.out_hw(h, w)
         co = self.geometry.out_channels
         if pool:
-            y = ws.buf("y", (n, co, oh // pool[0], ow // pool[1]))
-            return y, ws.buf("pool_argmax", y.shape, np.int8)
-        return ws.buf("y", (n, co, oh, ow)), ws.buf("pool_argmax", (n, 1, 1, 1), np.int8)
+            oh, ow = oh // pool[0], ow // pool[1]
+            argmax = ws.buf("pool_argmax", (n, co, oh, ow), np.int8)
+        else:
+            argmax = ws.buf("pool_argmax", (n, 1, 1, 1), np.int8)
+        if channels_last:
+            return ws.buf("y_nhwc", (n, oh, ow, co)), argmax
+        return ws.buf("y", (n, co, oh, ow)), argmax
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                  relu: bool, pool: Pair | None) -> Any:
@@ -191,7 +207,7 @@ class PositionsPlan(CpuConvPlan):
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         L = math.prod(g.out_hw(x.shape[2], x.shape[3]))
-        wt = ws.buf("wt", (kh, kw, ci, co))
+        wt = ws.buf(_packing("wt", version), (kh, kw, ci, co))
         launch(K.position_filters, wt, weight, *packed_from(ws, "wt_from", weight, version))
         direct = self.direct_forward
         launch(K.conv2d_forward_positions,
@@ -375,6 +391,7 @@ class WinogradPlan(CpuConvPlan):
 
     name = "winograd"
     fuses_pool = True
+    channels_last = True
     always = False
 
     def __init__(self, geometry: ConvGeometry) -> None:
@@ -416,19 +433,41 @@ class WinogradPlan(CpuConvPlan):
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                 backward: bool = True, version: Any = None) -> Any:
-        self.ran_winograd = self.runs_winograd(x.shape, pool, backward)
+        return self._forward(ws, x, weight, bias, relu, pool, backward, version, 0)
+
+    def forward_channels_last(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool,
+                              pool: Pair | None, version: Any, layout: int) -> Any:
+        """Layers of an inference chain of Winograd layers (layers.fuse_chain) hand each other
+        channel-last activations: the plane reads them with run copies, the epilogue writes them
+        without transposes (the same bits). A call that falls back to "positions" converts on the
+        way."""
+        return self._forward(ws, x, weight, bias, relu, pool, False, version, layout)
+
+    def _forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                 backward: bool, version: Any, layout: int) -> Any:
+        shape = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if layout & 1 else x.shape
+        self.ran_winograd = self.runs_winograd(shape, pool, backward)
         if not self.ran_winograd:
-            return self.fallback.forward(ws, x, weight, bias, relu, pool, backward, version)
+            if layout & 1:
+                xc = ws.buf("x_nchw", shape)
+                launch(K.copy_strided, xc, x.transpose(0, 3, 1, 2))
+                x = xc
+            y = self.fallback.forward(ws, x, weight, bias, relu, pool, backward, version)
+            if layout & 2:
+                yl = ws.buf("y_nhwc", (y.shape[0], y.shape[2], y.shape[3], y.shape[1]))
+                launch(K.copy_strided, yl, y.transpose(0, 2, 3, 1))
+                y = yl
+            return y
         ws["x"] = x
-        y, argmax = self.outputs(ws, x, pool)
+        y, argmax = self.outputs(ws, x, pool, shape, layout & 2 != 0)
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
-        n, _, h, w = x.shape
+        n, _, h, w = shape
         th, tw = self.tiles(*g.out_hw(h, w), pool)
         blocks = max(-(-th // self.block_rows(tw)), -(-MIN_BLOCKS // n))
         blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
         tiles = -(-th // blocks) * tw  # the largest block's
-        u = ws.buf("wino_u", (16, ci, co))
+        u = ws.buf(_packing("wino_u", version), (16, ci, co))
         launch(K.winograd_filters, u, weight, False, ws.buf("wino_work", (18 * ci * co,)),
                *packed_from(ws, "wino_u_from", weight, version))
         skew = K.conv2d_winograd.SKEW
@@ -437,7 +476,7 @@ class WinogradPlan(CpuConvPlan):
                ws.buf("mw", (self.slots, 16 * (tiles * co + skew))),
                ws.buf("sw", (self.slots, 8 * (tw + 1) * max(ci, co))),
                ws.buf("pw", (self.slots, (2 * tiles // tw + 2) * (2 * tw + 2) * ci)), x, u, bias,
-               *g.padding, relu, *(pool or (0, 0)), blocks, backward)
+               *g.padding, relu, *(pool or (0, 0)), blocks, backward, layout)
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,

@@ -257,14 +257,15 @@ def _channel_rows(of, R, r0, OW, src, Co, P):
 
 
 @kernel(parallel=False)
-def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
+def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc):
     """Inference's fused 2x2 max pool (no argmax), bias and ReLU of the position-major ytf (read
     as _epilogue_positions reads it) into pooled rows r0 .. r0 + rows - 1 of the example's output
     of (flat (Co, R, PW)): the maxima along the channels into a channel-last scratch ``work``
     (rows * PW * Co floats, not ytf), then 16 x 16 register transposes into the channel rows (the
     last block of positions overlaps the one before), instead of a store per channel and window
     a plane apart. For Co divisible by 16 and rows * PW >= 16. Returns False, writing nothing, when
-    ytf holds a NaN or an infinity (_epilogue_positions' exact path then pools it)."""
+    ytf holds a NaN or an infinity (_epilogue_positions' exact path then pools it). With nhwc,
+    of is channel-last (R, PW, Co) and the maxima go straight into it (no transposes, no scratch)."""
     Co = b.shape[0]
     zero = np.float32(0.0)
     bad = zero
@@ -281,15 +282,17 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work):
             rb = ytf[jb * Co:jb * Co + Co]
             rc = ytf[(ja + OW) * Co:(ja + OW) * Co + Co]
             rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
-            dst = work[(py * PW + px) * Co:(py * PW + px + 1) * Co]
+            q = ((r0 + py) * PW + px) * Co if nhwc else (py * PW + px) * Co
+            dst = of[q:q + Co] if nhwc else work[q:q + Co]
             for co in range(Co):
                 dst[co] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
-    _channel_rows(of, R, r0, PW, work, Co, P)
+    if not nhwc:
+        _channel_rows(of, R, r0, PW, work, Co, P)
     return True
 
 
 @kernel(parallel=False)
-def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work):
+def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work, nhwc):
     """_epilogue_positions without a pool on the position-major ytf (rows of ``pitch`` positions,
     in the order _slot(ox, half) gives) into output rows r0 .. r0 + rows - 1 of the example's output of (flat
     (Co, R, OW)): bias (and ReLU) per position along the channels into a channel-last scratch
@@ -297,14 +300,16 @@ def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work):
     way, then 16 x 16 register transposes into the channel rows (the last block of positions
     overlaps the one before), instead of a store per channel and position a plane apart (modern's
     unpooled 14 x 14 Winograd layer). For Co divisible by 16 and rows * OW >= 16. The same values
-    as _epilogue_positions (NaN stays NaN)."""
+    as _epilogue_positions (NaN stays NaN). With nhwc, of is channel-last (R, OW, Co) and the
+    values go straight into it."""
     Co = b.shape[0]
     zero = np.float32(0.0)
     for oy in range(rows):
         for ox in range(OW):
             j = oy * pitch + _slot(ox, half)
             src = ytf[j * Co:j * Co + Co]
-            dst = work[(oy * OW + ox) * Co:(oy * OW + ox + 1) * Co]
+            q = ((r0 + oy) * OW + ox) * Co if nhwc else (oy * OW + ox) * Co
+            dst = of[q:q + Co] if nhwc else work[q:q + Co]
             if relu:
                 for co in range(Co):
                     v = src[co] + b[co]
@@ -312,7 +317,8 @@ def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work):
             else:
                 for co in range(Co):
                     dst[co] = src[co] + b[co]
-    _channel_rows(of, R, r0, OW, work, Co, rows * OW)
+    if not nhwc:
+        _channel_rows(of, R, r0, OW, work, Co, rows * OW)
 
 
 @kernel(parallel=False)

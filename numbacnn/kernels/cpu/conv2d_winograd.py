@@ -24,7 +24,7 @@ from numba import prange
 
 from ..._config import kernel
 from ._conv_epilogue import grad_rows
-from ._util import add_row_sums, gather_channels, part_bounds, same_version, transpose16, unchanged
+from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
 from .microkernel import gemm_blocks
@@ -144,6 +144,24 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
             for j in range(min(W, Wt - PW)):  # columns past the plane's are not read
                 col = PW + j
                 pf[numba.uint64((d0 + (col & 1) * Wh + (col >> 1)) * C + c)] = src[j]
+
+
+@kernel(parallel=False)
+def _plane_nhwc(pf, x, PH, PW, Wt, R0, R1):
+    """_plane of a channel-last example x (H, W, C) (an inference chain's, ``layout``): each
+    position's C channels are already contiguous, so a run copy each (no transposes)."""
+    H, W, C = x.shape
+    Wh = Wt // 2
+    zero = np.float32(0.0)
+    for i in range((R1 - R0) * Wt * C):
+        pf[i] = zero
+    xf = np.ascontiguousarray(x).reshape(H * W * C)
+    u = numba.uint64
+    for i in range(max(0, R0 - PH), min(H, R1 - PH)):
+        d0 = (PH + i - R0) * Wt
+        for j in range(min(W, Wt - PW)):  # columns past the plane's are not read
+            col = PW + j
+            copy_run(pf, u((d0 + (col & 1) * Wh + (col >> 1)) * C), xf, u((i * W + j) * C), u(C))
 
 
 # The transforms run as a few whole-row operations with two or three operands each: LLVM vectorises
@@ -326,7 +344,7 @@ def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
 
 @kernel()
 def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
-                            argmax_too):
+                            argmax_too, layout):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
     with PKH > 0 (and relu) a fused PKH x PKW max pool, as conv2d_forward_positions.
 
@@ -339,36 +357,49 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     tiles * Co); vw (T, 16 * (tiles * Ci + SKEW)); mw (T, 16 * (tiles * Co + SKEW)); pw (T, plane
     rows * Wt * Ci), tiles = a block's tiles at most; sw (T, 8 * (TW + 1) * max(Ci, Co)).
     argmax_too: False (inference, no backward) leaves a 2x2 pool's argmax unwritten.
+    layout (inference chains of Winograd layers, numbacnn/layers.py: fuse_chain): 1 = x is
+    channel-last (N, H, W, Ci), 2 = out is channel-last (N, OH, OW, Co) (pooled sizes with a
+    pool), 3 = both, 0 = neither. Channel-last outputs skip the epilogue's transposes and inputs
+    the plane's (the next layer reads its plane from them with run copies); the values are the
+    same bits either way. argmax keeps its channel-first shape.
     """
     for i in prange(conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
-                                                   PKH, PKW, S, argmax_too)):
+                                                   PKH, PKW, S, argmax_too, layout)):
         conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
-                                      argmax_too)
+                                      argmax_too, layout)
 
 
 @kernel(parallel=False)
 def conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
-                                   argmax_too):
+                                   argmax_too, layout):
     return x.shape[0] * S
 
 
 @kernel(parallel=False)
 def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
-                                  argmax_too):
+                                  argmax_too, layout):
     """Block i of conv2d_forward_winograd: its rows of out[n] (n = i // S), its thread's workspaces."""
-    N, Ci, H, W = x.shape
+    if layout & 1:
+        N, H, W, Ci = x.shape
+    else:
+        N, Ci, H, W = x.shape
     Co = U.shape[2]
     OH = H + 2 * PH - 2
     OW = W + 2 * PW - 2
     TH, TW = winograd_tiles(OH, OW, PKH, PKW)
     Wt = 2 * TW + 2
-    R = OH // PKH if PKH > 0 else OH  # rows of the epilogue's output
+    R = OH // PKH if PKH > 0 else OH  # rows and columns of the epilogue's output
+    RW = OW // PKW if PKH > 0 else OW
+    nhwc = layout & 2 != 0
     n = i // S
     t0, t1 = part_bounds(TH, S, i % S)
     if t1 > t0:
         t = numba.get_thread_id()
         pf = pw[t].reshape(pw.shape[1])
-        _plane(pf, x[n], PH, PW, Wt, 2 * t0, 2 * t1 + 2)
+        if layout & 1:
+            _plane_nhwc(pf, x[n], PH, PW, Wt, 2 * t0, 2 * t1 + 2)
+        else:
+            _plane(pf, x[n], PH, PW, Wt, 2 * t0, 2 * t1 + 2)
         TR = t1 - t0
         yf = yw[t][:4 * TR * TW * Co]
         _winograd_rows(yf, vw[t], mw[t], sw[t], pf, Wt, U, t0, TR, TW, 2 * t0)
@@ -378,18 +409,24 @@ def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, P
             r0, r1 = 0, R
         else:  # PKH == 2: pooled row p reads tile row p
             r0, r1 = t0, min(t1, R)
-        if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0
-                and (r1 - r0) * out.shape[3] >= 16
-                and pool2x2_transposed(out[n].reshape(out.shape[1] * R * out.shape[3]), R, r0, yf,
-                                       b, 2 * TW, TW, r1 - r0, out.shape[3], mw[t])):
+        of = out[n].reshape(Co * R * RW)
+        if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0 and (r1 - r0) * RW >= 16
+                and pool2x2_transposed(of, R, r0, yf, b, 2 * TW, TW, r1 - r0, RW, mw[t], nhwc)):
             return
         if PKH == 0 and r1 > r0 and Co % 16 == 0 and (r1 - r0) * OW >= 16:
-            rows_transposed(out[n].reshape(Co * R * OW), R, r0, yf, b, 2 * TW, TW, r1 - r0, OW, relu,
-                            mw[t])
+            rows_transposed(of, R, r0, yf, b, 2 * TW, TW, r1 - r0, OW, relu, mw[t], nhwc)
             return
-        if r1 > r0:
+        if r1 > r0 and not nhwc:
             _epilogue_positions(out[n][:, r0:r1], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
                                 PKW, TW, mw[t], argmax_too)
+        elif r1 > r0:  # channel-last output: the exact path into channel rows, then transposed
+            rows = np.empty((1, Co, r1 - r0, RW), np.float32)
+            _epilogue_positions(rows[0][:, 0:r1 - r0], argmax[n][:, r0:r1], yf, b, 2 * TW, relu, PKH,
+                                PKW, TW, mw[t], argmax_too)
+            for r in range(r1 - r0):
+                for c in range(RW):
+                    for co in range(Co):
+                        of[((r0 + r) * RW + c) * Co + co] = rows[0, co, r, c]
 
 
 @kernel()
