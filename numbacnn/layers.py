@@ -323,6 +323,7 @@ class Conv2D(Layer):
         if bn is None and not layout:
             return self.forward(x, training=False, backward=False)
         out_shape = self._check_input(x.transpose(0, 3, 1, 2) if layout & 1 else x)
+        x = self.backend.asarray(x)
         if bn is None:
             self._check_pooled(out_shape, self.fused_pool)
             return self.plan.forward_channels_last(self._buffers, x, self.weight, self.bias, self.fused_relu,
