@@ -977,15 +977,15 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
     training, for odd output sides (unless a fused pool reads only an even part), and its backward
     follows the forward that ran; inference runs Winograd on odd sides too (half-empty last
-    tiles); all match the oracle."""
-    from numbacnn.backend.cpu_conv import WINOGRAD_MIN_TILES
+    tiles), from WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle."""
+    from numbacnn.backend.cpu_conv import WINOGRAD_INFER_MIN_TILES, WINOGRAD_MIN_TILES
 
     layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
     assert layer.strategy == "winograd"
     enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
     assert enough > 1
     for n, h, w, winograd in [(1, 4, 4, False), (enough, 4, 4, True), (enough - 1, 4, 4, False),
-                              (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False)]:
+                              (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False), (1, 7, 7, False)]:
         assert layer.plan.runs_winograd((n, 32, h, w)) == winograd
         if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
             tiles = (h // 2) * (w // 2)
@@ -1002,9 +1002,9 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
         np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
         # inference (no backward follows) runs Winograd on odd sides too, enough tiles given
         odd_tiles = n * ((h + 1) // 2) * ((w + 1) // 2)
-        assert layer.plan.runs_winograd((n, 32, h, w), None, False) == (odd_tiles >= WINOGRAD_MIN_TILES)
+        assert layer.plan.runs_winograd((n, 32, h, w), None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         y = layer.forward(x, training=False, backward=False)
-        assert layer.plan.ran_winograd == (odd_tiles >= WINOGRAD_MIN_TILES)
+        assert layer.plan.ran_winograd == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
 

@@ -376,6 +376,10 @@ WINOGRAD_DW_TILES = 256
 # 64 -> 64 layer at batch 1: 0.99x); before, with a transform every call, 48 was the best threshold
 # (docs/performance.md).
 WINOGRAD_MIN_TILES = 24
+# Inference (no backward) from WINOGRAD_INFER_MIN_TILES on, now that Winograd's GEMMs run on the FMA
+# blocks: resnet8's 64 -> 64 layer at 7 x 7 (16 tiles) at batch 1 made the whole prediction 0.96x the
+# time on 2 threads (91.7 -> 88.1 us), 0.95x on one.
+WINOGRAD_INFER_MIN_TILES = 16
 
 
 class WinogradPlan(CpuConvPlan):
@@ -383,11 +387,12 @@ class WinogradPlan(CpuConvPlan):
 
     With a fused pool only the outputs that the pool reads are computed (mnistcnn's 11 x 11 output
     under a 2 x 2 pool: 5 x 5 tiles). A call whose batch has fewer than WINOGRAD_MIN_TILES tiles
-    runs the "positions" plan instead (``runs_winograd``; the backward follows its forward), and so
-    does a training forward whose computed output has an odd side (a half-empty last tile: its
-    backward ran 1.1x slower than "positions'" on resnet8's 7 x 7 layer at batch 8), while
-    inference runs Winograd there too (resnet8's 64 -> 64 7 x 7 layer at batch 64: 0.72x the time of
-    "positions"); ``always = True`` (tests) runs Winograd on every shape."""
+    (WINOGRAD_INFER_MIN_TILES for inference) runs the "positions" plan instead (``runs_winograd``;
+    the backward follows its forward), and so does a training forward whose computed output has an
+    odd side (a half-empty last tile: its backward ran 1.1x slower than "positions'" on resnet8's
+    7 x 7 layer at batch 8), while inference runs Winograd there too (resnet8's 64 -> 64 7 x 7
+    layer at batch 64: 0.72x the time of "positions"); ``always = True`` (tests) runs Winograd on
+    every shape."""
 
     name = "winograd"
     fuses_pool = True
@@ -405,7 +410,7 @@ class WinogradPlan(CpuConvPlan):
         n, _, h, w = shape
         oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
         if not backward:
-            return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_MIN_TILES
+            return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_INFER_MIN_TILES
         even = oh % 2 == 0 and ow % 2 == 0
         return self.always or (even and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
 
