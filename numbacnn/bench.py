@@ -486,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--nets {net!r}: {e}")
 
     max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    threads = args.threads or list(range(1, max_threads + 1))
+    # on a GPU the host's thread count only sets PyTorch's and numba's CPU pools: one row per net and batch
+    threads = args.threads or ([1] if args.device == "cuda" else list(range(1, max_threads + 1)))
     if max(threads) > max_threads:  # numba would run fewer threads than the table says
         p.error(f"--threads {max(threads)}: numba runs at most {max_threads} threads here; set "
                 f"NUMBA_NUM_THREADS={max(threads)} to run more threads than cores")

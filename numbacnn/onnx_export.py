@@ -176,7 +176,12 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
     else:
         raise ValueError("expected a numbacnn Sequential or a fitted CNNClassifier, got "
                          f"{type(model).__name__}")
-    proto = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], producer_name="numbacnn")
+    opsets = [h.make_opsetid("", OPSET)]
+    # the oldest IR version that opset needs (8), not the onnx package's newest: an onnxruntime
+    # older than the onnx package rejects a newer IR version (onnx 1.23 writes 14, onnxruntime 1.30
+    # reads up to 13)
+    proto = h.make_model(graph, opset_imports=opsets, producer_name="numbacnn",
+                         ir_version=h.find_min_ir_version_for(opsets))
     for key, value in meta.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value

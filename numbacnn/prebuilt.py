@@ -229,8 +229,9 @@ def _notice_once() -> None:
     elif not info.get(level, {}).get("current"):
         why = "the shipped kernels are older than the kernel sources: python dev/build_prebuilt.py"
     elif info[level].get("builds", {}).get(_python()) != _numba_version():
-        why = (f"the shipped kernels are for numba {info[level].get('builds', {}).get(_python(), '?')} "
-               f"under Python {_python()}, this is numba {_numba_version()}")
+        shipped = ", ".join(f"numba {v} under Python {p}" for p, v in sorted(info[level]["builds"].items()))
+        why = (f"the shipped kernels are for {shipped or 'no numba'}; this is numba {_numba_version()} "
+               f"under Python {_python()}")
     else:
         return  # the tier is usable: a specialisation it does not hold, compiled once and cached
     sys.stderr.write(NOTICE.format(why=why) + "\n")

@@ -10,7 +10,9 @@ import reference as ref
 from numba import cuda
 
 import numbacnn as nc
+from numbacnn.backend.cuda_conv import GatherPlan, TiledPlan
 from numbacnn.kernels import cuda as KC
+from numbacnn.kernels.cuda.conv2d_tiled import dw_chunks
 
 pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA GPU or simulator")
 
@@ -56,7 +58,7 @@ def oracle(layer, x, dy, p):
     return np.tanh(x64), dy * (1 - np.tanh(x64) ** 2), {}
 
 
-@pytest.mark.parametrize("make,shape", [
+LAYER_CASES = [
     (lambda: nc.Conv2D(2, 3, 3), (2, 2, 5, 6)),
     (lambda: nc.Conv2D(2, 3, 3, stride=2, padding=1), (2, 2, 5, 5)),
     (lambda: nc.Conv2D(1, 2, 3, padding="same"), (1, 1, 4, 5)),
@@ -66,18 +68,28 @@ def oracle(layer, x, dy, p):
     (lambda: nc.MaxPool2D(3, stride=1, padding=1), (1, 2, 4, 5)),
     (lambda: nc.AvgPool2D(3, stride=2, padding=1), (1, 2, 5, 5)),
     (lambda: nc.Dense(7, 4), (3, 7)),
+    (lambda: nc.Dense(50, 33), (37, 50)),  # several 32 x 32 tiles, a reduction of 4 slices
     (lambda: nc.ReLU(), (2, 3, 4)),
     (lambda: nc.Tanh(), (2, 3, 4)),
     (lambda: nc.Normalize([0.1, 0.5, -0.2], [0.3, 2.0, 1.5]), (2, 3, 4, 5)),
-])
+]
+
+
+@pytest.mark.parametrize("make,shape,plan", [
+    (make, shape, plan) for make, shape in LAYER_CASES
+    for plan in (("tiled", "gather") if isinstance(make(), nc.Conv2D) else ("tiled",))])
 @pytest.mark.parametrize("ties", [False, True])
-def test_layer_matches_oracle(make, shape, ties):
+def test_layer_matches_oracle(make, shape, ties, plan):
     """Forward, argmax (ties to the first maximum), input and parameter gradients against the
-    float64 oracle; tolerances as for the CPU kernels (float32 results)."""
+    float64 oracle; tolerances as for the CPU kernels (float32 results). Convolutions under both
+    CUDA plans (the default "tiled" and the reference "gather")."""
     rng = np.random.default_rng(1)
     x = rng.integers(-2, 3, shape).astype(np.float32) if ties else \
         rng.standard_normal(shape).astype(np.float32)
     layer, p = on_gpu(make)
+    if isinstance(layer, nc.Conv2D):
+        layer._plan = (GatherPlan if plan == "gather" else TiledPlan)(layer.geometry)
+        assert layer.strategy == plan
     y = host(layer.forward(cuda.to_device(x), training=True))
     dy = rng.standard_normal(y.shape).astype(np.float32)
     ey, edx, egrads = oracle(layer, x, dy, p)
@@ -90,6 +102,34 @@ def test_layer_matches_oracle(make, shape, ties):
     np.testing.assert_allclose(dx, edx, rtol=1e-5, atol=1e-5)
     for k, g in egrads.items():
         np.testing.assert_allclose(host(getattr(layer, "d" + k)), g, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make,shape,chunks", [
+    (lambda: nc.Conv2D(20, 37, 3, stride=2, padding=1), (2, 20, 9, 11), 1),  # 2 x 6 tiles, 12 slices
+    (lambda: nc.Conv2D(2, 3, 3, padding=1), (2, 2, 20, 20), 4),  # dw's reduction in 4 chunks
+    (lambda: nc.Conv2D(1, 4, 5, stride=(2, 1), padding=(1, 2)), (1, 1, 9, 9), 1),
+])
+def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks):
+    """The tiled plan on shapes that span several tiles, reduction slices and weight-gradient
+    chunks (partial sums added in chunk order), with a fused ReLU, against the float64 oracle."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    layer, p = on_gpu(make)
+    layer.fused_relu = True
+    assert layer.strategy == "tiled"
+    y = host(layer.forward(cuda.to_device(x), training=True))
+    assert dw_chunks(x.shape, p["weight"].shape, y.shape)[0] == chunks
+    ey = np.maximum(ref.conv2d_forward(x, p["weight"], p["bias"], layer.stride, layer.padding), 0)
+    np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = host(layer.backward(cuda.to_device(dy)))
+    edx, edw, edb = ref.conv2d_backward(dy * (ey > 0), x, p["weight"], layer.stride, layer.padding)
+    np.testing.assert_allclose(dx, edx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(layer.dweight), edw, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(host(layer.dbias), edb, rtol=1e-5, atol=2e-5)
+    for a, b in ((y, layer.forward(cuda.to_device(x), training=True)),
+                 (dx, layer.backward(cuda.to_device(dy)))):
+        np.testing.assert_array_equal(host(b), a)  # the same bits on a second run
 
 
 def test_softmax_cross_entropy_and_dropout_kernels():
@@ -238,3 +278,19 @@ def test_batchnorm_fold_kernel_matches_the_oracle():
     ew, eb = ref.batchnorm_fold(w, b, gamma, beta, mean, var, 1e-5)
     np.testing.assert_allclose(wf.copy_to_host(), ew, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(bf.copy_to_host(), eb, rtol=1e-6, atol=1e-6)
+
+
+def test_training_on_the_device_repeats_bit_for_bit():
+    """Two runs of the same training on the GPU (tiled convolutions with chunked weight gradients,
+    BatchNorm, dense GEMMs, block reductions) end with the same bits."""
+    rng = np.random.default_rng(5)
+    x = rng.random((8, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 3, 8)
+    spec = "conv(3,3,padding=same),bn,relu,conv(4,3,stride=2),relu,dense(5),relu"
+    states = []
+    for _ in range(2):
+        net = nc.build_network(spec, (1, 8, 8), 3, seed=1).to("cuda")
+        nc.Trainer(net, nc.Adam(net, lr=0.01), batch_size=4, progress=False).fit(x, y, 1)
+        states.append(net.state_dict())
+    for k in states[0]:
+        np.testing.assert_array_equal(states[1][k], states[0][k], err_msg=k)

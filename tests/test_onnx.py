@@ -39,6 +39,16 @@ def test_onnxruntime_matches_the_network(tmp_path, rng, spec, shape):
     np.testing.assert_allclose(_run(model, {"input": x}), net.forward(x), rtol=1e-5, atol=1e-5)
 
 
+def test_the_export_declares_the_oldest_ir_version_its_opset_allows():
+    """IR version 8 (what opset 17 needs), not the onnx package's newest: onnxruntime 1.30 refused
+    onnx 1.23's IR 14 ("Unsupported model IR version: 14, max supported IR version: 13")."""
+    from numbacnn.onnx_export import OPSET, to_onnx
+
+    proto = to_onnx(nc.build_network("lenet5", (1, 28, 28), 10, seed=0))
+    assert [(o.domain, o.version) for o in proto.opset_import] == [("", OPSET)]
+    assert proto.ir_version == onnx.helper.find_min_ir_version_for(list(proto.opset_import)) == 8
+
+
 def test_estimator_graph_takes_raw_rows_and_returns_predict_proba(rng):
     from sklearn.datasets import load_digits
 

@@ -209,3 +209,51 @@ def test_compiling_because_the_tier_cannot_serve_says_so_in_one_line(tmp_path, s
     assert len(lines) == expected, r.stderr
     if expected:
         assert "older than the kernel sources" in lines[0]
+
+
+def test_the_notice_names_the_shipped_and_the_running_versions(monkeypatch, capsys):
+    """Seen on a machine with Python 3.12 and numba 0.68.0: the line said "for numba ? under Python
+    3.12"; it names the builds the tier holds and what runs."""
+    level = "x86-64-v4"
+    monkeypatch.setattr(prebuilt, "_state", {})
+    monkeypatch.setattr(prebuilt, "_switched_off", lambda: False)
+    monkeypatch.setattr(prebuilt, "status", lambda: {"level": level, level: {
+        "current": True, "builds": {"3.11": "0.68.1"}}})
+    monkeypatch.setattr(prebuilt, "_python", lambda: "3.12")
+    monkeypatch.setattr(prebuilt, "_numba_version", lambda: "0.68.0")
+    prebuilt._notice_once()
+    prebuilt._notice_once()
+    err = capsys.readouterr().err.splitlines()
+    assert err == [prebuilt.NOTICE.format(why="the shipped kernels are for numba 0.68.1 under Python 3.11; "
+                                              "this is numba 0.68.0 under Python 3.12")]
+
+
+WIDTH = r"""
+import numba
+import numpy as np
+import numbacnn  # noqa: F401  (sets numba's CPU features before numba's CPU target exists)
+
+@numba.njit
+def axpy(a, b):
+    for i in range(a.size):
+        a[i] += np.float32(2) * b[i]
+
+a = np.ones(1000, np.float32)
+axpy(a, a)
+print("zmm" in next(iter(axpy.inspect_asm().values())))
+"""
+
+
+@pytest.mark.skipif(not __import__("llvmlite.binding").binding.get_host_cpu_features().get("avx512f"),
+                    reason="no AVX-512 here")
+@pytest.mark.parametrize("prebuilt_level, wide", [("0", True), ("x86-64-v3", False)])
+def test_code_compiled_on_an_avx512_host_uses_512_bit_vectors(tmp_path, prebuilt_level, wide):
+    """Compiled as for an Intel AVX-512 CPU (whose LLVM tuning keeps loops at 256 bits), a loop gets
+    512-bit (zmm) vectors, as the shipped x86-64-v4 level has; NUMBACNN_PREBUILT=x86-64-v3 keeps
+    LLVM's 256-bit choice."""
+    env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBACNN_PREBUILT=prebuilt_level,
+               NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("NUMBA_CPU_FEATURES", None)
+    r = subprocess.run([sys.executable, "-c", WIDTH], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == [str(wide)]

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..kernels import cuda as KC
 from .base import Backend, ConvGeometry, ConvPlan, Shape
-from .cuda_conv import GatherPlan
+from .cuda_conv import TiledPlan
 
 
 class CudaBackend(Backend):
@@ -38,4 +38,4 @@ class CudaBackend(Backend):
         dst.copy_to_device(np.ascontiguousarray(src, dtype=dst.dtype))
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
-        return GatherPlan(geometry)
+        return TiledPlan(geometry)

@@ -1,5 +1,6 @@
-"""The CUDA convolution plan "gather": one thread per output element, gradients by gather
-(numbacnn/kernels/cuda/conv2d_gather.py)."""
+"""The CUDA convolution plans: "tiled" (the default: tiled implicit GEMMs in shared memory,
+numbacnn/kernels/cuda/conv2d_tiled.py) and "gather" (one thread per output element, gradients by
+gather, numbacnn/kernels/cuda/conv2d_gather.py; the first, simplest version, kept as a reference)."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,12 +14,16 @@ class GatherPlan(ConvPlan):
     name = "gather"
     fuses_pool = False
 
+    @property
+    def _forward_kernel(self) -> Any:
+        return KC.conv2d_forward_gather
+
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                 backward: bool = True, version: Any = None) -> Any:
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
         ws["x"] = x  # the backward reads the input directly (no im2col cache)
-        launch(KC.conv2d_forward_gather, y, x, weight, bias, *g.stride, *g.padding, relu)
+        launch(self._forward_kernel, y, x, weight, bias, *g.stride, *g.padding, relu)
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
@@ -27,4 +32,23 @@ class GatherPlan(ConvPlan):
         dx = ws.buf("dx", x.shape) if need_dx else None
         launch(KC.conv2d_backward_gather, dx, dweight, dbias, ws.buf("g", dy.shape), dy, x, weight, y,
                *self.geometry.stride, *self.geometry.padding, need_dx, relu)
+        return dx
+
+
+class TiledPlan(GatherPlan):
+    """The gather plan's forward and workspaces with the tiled kernels; the weight gradient's chunks
+    get their own workspace ("parts")."""
+    name = "tiled"
+
+    @property
+    def _forward_kernel(self) -> Any:
+        return KC.conv2d_forward_tiled
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 relu: bool, pool: Pair | None) -> Any:
+        x, y = ws["x"], ws["y"]
+        dx = ws.buf("dx", x.shape) if need_dx else None
+        parts = ws.buf("parts", (KC.dw_workspace_size(x.shape, weight.shape, dy.shape),))
+        launch(KC.conv2d_backward_tiled, dx, dweight, dbias, ws.buf("g", dy.shape), parts, dy, x,
+               weight, y, *self.geometry.stride, *self.geometry.padding, need_dx, relu)
         return dx

@@ -5,6 +5,11 @@ CPU-only workspaces (im2col caches, per-chunk gradient parts): on the GPU every 
 has its own thread that gathers what it needs, so there are no partial sums to reduce.
 Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUMBA_ENABLE_CUDASIM=1.
 """
+import numpy as _np
+
+if not hasattr(_np, "row_stack"):  # numba-cuda (0.30) registers np.row_stack, which numpy 2.5 removed:
+    _np.row_stack = _np.vstack     # without it no kernel compiles there (seen on a GPU, 2026-11-26)
+
 from .activations import (
                           add,
                           relu_backward,
@@ -14,6 +19,7 @@ from .activations import (
 )
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
+from .conv2d_tiled import conv2d_backward_tiled, conv2d_forward_tiled, dw_workspace_size
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy, step_stats
@@ -33,7 +39,7 @@ __all__ = [
     "batchnorm_forward_train",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gather",
-    "conv2d_forward_gather",
+    "conv2d_forward_gather", "conv2d_backward_tiled", "conv2d_forward_tiled", "dw_workspace_size",
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update",

@@ -1,9 +1,12 @@
 """Launch helpers for the CUDA kernels: one thread per output element, 1-D grids."""
 import math
 
-from numba import cuda
+from numba import config, cuda
 
 THREADS = 128
+# threads of a block that reduces (a power of two: the tree halves it); the simulator runs each thread
+# as a Python thread, so it gets narrow blocks (the same code and reduction tree, fewer leaves)
+REDUCE_THREADS = 8 if config.ENABLE_CUDASIM else 512  # type: ignore[attr-defined]
 
 
 @cuda.jit(device=True)
@@ -27,3 +30,21 @@ def readers(i, P, K, S, n_out):
 def grid(n: int) -> tuple[int, int]:
     """(blocks, threads) covering n elements."""
     return max(1, math.ceil(n / THREADS)), THREADS
+
+
+@cuda.jit(device=True)
+def block_sum(buf, v):
+    """The sum over the block's REDUCE_THREADS threads of v (each thread's own value), in a fixed
+    tree order; buf: a shared array of REDUCE_THREADS elements."""
+    t = cuda.threadIdx.x
+    buf[t] = v
+    cuda.syncthreads()
+    half = REDUCE_THREADS // 2
+    while half > 0:
+        if t < half:
+            buf[t] += buf[t + half]
+        cuda.syncthreads()
+        half //= 2
+    total = buf[0]
+    cuda.syncthreads()
+    return total

@@ -2,30 +2,11 @@
 strided slices in float64 and a fixed tree adds them (the same order every run)."""
 import math
 
-from numba import config, cuda, float32, float64
+from numba import cuda, float32, float64
 
+from ._launch import REDUCE_THREADS as _T
+from ._launch import block_sum as _block_sum
 from ._launch import grid
-
-# threads per block (a power of two: the tree reduction halves it); the simulator runs each thread
-# as a Python thread, so it gets narrow blocks (the same code and reduction tree, fewer leaves)
-_T = 8 if config.ENABLE_CUDASIM else 128  # type: ignore[attr-defined]
-
-
-@cuda.jit(device=True)
-def _block_sum(buf, v):
-    """The sum over the block's threads of v (each thread's own value), in a fixed tree order."""
-    t = cuda.threadIdx.x
-    buf[t] = v
-    cuda.syncthreads()
-    half = _T // 2
-    while half > 0:
-        if t < half:
-            buf[t] += buf[t + half]
-        cuda.syncthreads()
-        half //= 2
-    total = buf[0]
-    cuda.syncthreads()
-    return total
 
 
 @cuda.jit

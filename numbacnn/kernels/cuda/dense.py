@@ -1,65 +1,84 @@
-"""Fully connected layer on the GPU: one thread per output element; weight gradients gather over
-the batch inside one thread per weight (no atomics, fixed order)."""
-from numba import cuda
+"""Fully connected layer on the GPU: the three products (forward, input and weight gradients) by one
+tiled GEMM kernel in shared memory (the tile shape of conv2d_tiled.py); every output element is one
+thread's sum in a fixed order (no atomics: deterministic)."""
+import math
 
-from ._launch import grid
+from numba import cuda, float32
+
+from .conv2d_tiled import BK, BM, BM1, BN, BN1, TD, _slice_product
 
 
-@cuda.jit
-def _forward(out, x, w, b):
-    N, Fo = out.shape
-    Fi = x.shape[1]
-    t = cuda.grid(1)
-    if t >= N * Fo:
-        return
-    j = t % Fo
-    n = t // Fo
-    s = b[j]
-    for i in range(Fi):
-        s += x[n, i] * w[j, i]
-    out[n, j] = s
+@cuda.jit(device=True)
+def _put(c, m, n, v, bias, has_bias):
+    if m < c.shape[0] and n < c.shape[1]:
+        if has_bias:
+            v += bias[n]
+        c[m, n] = v
 
 
 @cuda.jit
-def _backward_dx(dx, dout, w):
-    N, Fi = dx.shape
-    Fo = w.shape[0]
-    t = cuda.grid(1)
-    if t >= N * Fi:
-        return
-    i = t % Fi
-    n = t // Fi
-    s = 0.0
-    for j in range(Fo):
-        s += dout[n, j] * w[j, i]
-    dx[n, i] = s
+def _gemm(c, a, bm, bias, ta, tb, has_bias):
+    """c[m, n] = sum_k A[m, k] B[k, n] (+ bias[n]); A = a, or a.T when ta; B = bm, or bm.T when tb."""
+    M, Nc = c.shape
+    K = a.shape[0] if ta else a.shape[1]
+    As = cuda.shared.array((BK, BM1), float32)
+    Bs = cuda.shared.array((BK, BN1), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    t = ty * TD + tx
+    row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+    c00 = c01 = c10 = c11 = float32(0)
+    for k0 in range(0, K, BK):
+        for i in range(2):  # A's slice: consecutive threads read consecutive addresses
+            if ta:
+                kk, mm = t // BM + 8 * i, t % BM
+            else:
+                kk, mm = t % BK, t // BK + TD * i
+            m, k = row0 + mm, k0 + kk
+            v = float32(0)
+            if m < M and k < K:
+                v = a[k, m] if ta else a[m, k]
+            As[kk, mm] = v
+        for i in range(2):
+            if tb:
+                kk, nn = t % BK, t // BK + TD * i
+            else:
+                kk, nn = t // BN + 8 * i, t % BN
+            n, k = col0 + nn, k0 + kk
+            v = float32(0)
+            if n < Nc and k < K:
+                v = bm[n, k] if tb else bm[k, n]
+            Bs[kk, nn] = v
+        cuda.syncthreads()
+        c00, c01, c10, c11 = _slice_product(As, Bs, ty, tx, c00, c01, c10, c11)
+        cuda.syncthreads()
+    _put(c, row0 + ty, col0 + tx, c00, bias, has_bias)
+    _put(c, row0 + ty, col0 + tx + TD, c01, bias, has_bias)
+    _put(c, row0 + ty + TD, col0 + tx, c10, bias, has_bias)
+    _put(c, row0 + ty + TD, col0 + tx + TD, c11, bias, has_bias)
 
 
 @cuda.jit
-def _backward_dw(dw, db, dout, x):
-    Fo, Fi = dw.shape
-    N = x.shape[0]
-    t = cuda.grid(1)
-    if t >= Fo * Fi:
-        return
-    i = t % Fi
-    j = t // Fi
-    s = 0.0
-    for n in range(N):
-        s += dout[n, j] * x[n, i]
-    dw[j, i] = s
-    if i == 0:
-        sb = 0.0
-        for n in range(N):
-            sb += dout[n, j]
-        db[j] = sb
+def _bias_grad(db, dout):
+    j = cuda.grid(1)
+    if j < db.shape[0]:
+        s = float32(0)
+        for n in range(dout.shape[0]):
+            s += dout[n, j]
+        db[j] = s
+
+
+def _grid(c):
+    return (math.ceil(c.shape[1] / BN), math.ceil(c.shape[0] / BM)), (TD, TD)
 
 
 def dense_forward(out, x, w, b):
-    _forward[grid(out.size)](out, x, w, b)
+    """out = x w.T + b."""
+    _gemm[_grid(out)](out, x, w, b, 0, 1, 1)
 
 
 def dense_backward(dx, dw, db, dout, x, w, need_dx):
+    """dx = dout w (when need_dx), dw = dout.T x, db = the batch sum of dout."""
     if need_dx:
-        _backward_dx[grid(dx.size)](dx, dout, w)
-    _backward_dw[grid(dw.size)](dw, db, dout, x)
+        _gemm[_grid(dx)](dx, dout, w, db, 0, 0, 0)
+    _gemm[_grid(dw)](dw, dout, x, db, 1, 0, 0)
+    _bias_grad[math.ceil(db.shape[0] / 128), 128](db, dout)

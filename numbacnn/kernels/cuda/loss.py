@@ -1,8 +1,10 @@
 """Softmax cross-entropy on the GPU: one thread per example, max subtracted for stability."""
 import math
 
-from numba import cuda
+from numba import cuda, float64
 
+from ._launch import REDUCE_THREADS as _T
+from ._launch import block_sum as _block_sum
 from ._launch import grid
 
 
@@ -46,26 +48,30 @@ def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
 
 @cuda.jit
 def _stats(out, losses, logits, y):
-    if cuda.grid(1) != 0:
-        return
+    N, K = logits.shape
+    t = cuda.threadIdx.x
+    buf = cuda.shared.array(_T, float64)
     total = 0.0
-    correct = 0
-    for i in range(losses.shape[0]):
+    correct = 0.0
+    for i in range(t, N, _T):
         total += losses[i]
         best = 0
-        for k in range(1, logits.shape[1]):
+        for k in range(1, K):
             if logits[i, k] > logits[i, best]:
                 best = k
         if best == y[i]:
-            correct += 1
-    out[0] = total / losses.shape[0]
-    out[1] = correct
+            correct += 1.0
+    total = _block_sum(buf, total)
+    correct = _block_sum(buf, correct)
+    if t == 0:
+        out[0] = total / N
+        out[1] = correct
 
 
 def step_stats(out, losses, logits, y):
-    """As the CPU kernel: out[0] the mean loss (summed in order), out[1] the correct count
-    (first largest logit at the label); one thread (a batch is small next to the step)."""
-    _stats[1, 1](out, losses, logits, y)
+    """As the CPU kernel: out[0] the mean loss, out[1] the correct count (first largest logit at the
+    label); one block, each thread a strided share of the examples, added in a fixed tree order."""
+    _stats[1, _T](out, losses, logits, y)
 
 
 @cuda.jit

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Issue 36's checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
+# STAGES, a comma list: env, tests, profile, cudabench, train, cpubench. Logs go to $OUT.
+# "train" reads mnist from .devdata/mnist: copy ../shared/data/mnist there (a folder that
+# .git/info/exclude ignores) and name .devdata in the device tool's carry. "env" installs the
+# package (pip install -e, no deps: the machine's image has numba, numba-cuda, torch, onnxruntime).
+set -u
+export PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/nbcache
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+stages=",$1,"
+has() { [[ $stages == *",$1,"* ]]; }
+t0=$(date +%s)
+stamp() { echo "== $1 at +$(( $(date +%s) - t0 )) s"; }
+if has env; then
+  stamp env
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    python3 -c "import sys, numba, numpy; print(sys.version.split()[0], 'numba', numba.__version__, 'numpy', numpy.__version__)"
+    nproc; lscpu | grep -E "Model name"; grep -o -w -E "avx512f|avx2|fma" /proc/cpuinfo | sort | uniq -c; } 2>&1 | tee "$OUT/env.txt"
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.txt" 2>&1 \
+    || { echo "pip install -e failed: using PYTHONPATH"; export PYTHONPATH=$PWD; }
+fi
+if has tests; then
+  stamp tests
+  timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts= --maxfail=8 tests/cuda_checks.py \
+    2>&1 | tee "$OUT/cuda_checks.txt" | tail -40
+fi
+if has profile; then
+  stamp profile
+  timeout 50 python3 dev/cuda_profile.py --nets lenet5,mnistcnn,modern --batches 256 2>&1 \
+    | tee "$OUT/profile.txt"
+fi
+if has cudabench; then
+  stamp cudabench
+  timeout 80 python3 -m numbacnn.bench --device cuda --nets lenet5,mnistcnn,modern --batches 64,256,1024 --no-startup \
+    --rounds 3 --block 0.2 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt"
+fi
+if has train; then
+  stamp train
+  timeout 90 python3 train.py --device cuda --data .devdata/mnist 2>&1 | tee "$OUT/train_cuda.txt" | tail -25
+fi
+if has cpubench; then
+  stamp cpubench
+  timeout 170 python3 -m numbacnn.bench --threads 1,2,4,8,16 --nets lenet5,mnistcnn,modern --batches 256 \
+    --rounds 2 --block 0.2 --scaling-rounds 5 --no-startup --json "$OUT/bench_cpu.json" 2>&1 \
+    | tee "$OUT/bench_cpu.txt"
+fi
+stamp done
