@@ -433,6 +433,16 @@ MUTANTS = [
       "        if not backward:\n            return self.always or n * ((oh + 1)",
       "        if False:\n            return self.always or n * ((oh + 1)",
       ["tests/test_kernels.py", "-k", "falls_back"]),
+    # session 27 (issue 36 and the 16-core machine)
+    M("bench: inference timed from its third run, while its team region is built", "numbacnn/bench.py",
+      "for _ in range(TEAM_AFTER + 2):", "for _ in range(2):", ["tests/test_bench.py", "-k", "team"]),
+    M("config: host compiles on AVX-512 keep LLVM's 256-bit preference", "numbacnn/_config.py",
+      'host.flatten() + ",-prefer-256-bit"', "host.flatten()",
+      ["tests/test_prebuilt.py", "-k", "512_bit"]),
+    M("onnx: the export declares the onnx package's newest IR version", "numbacnn/onnx_export.py",
+      "producer_name=\"numbacnn\",\n                         ir_version=h.find_min_ir_version_for(opsets))",
+      "producer_name=\"numbacnn\")", ["tests/test_onnx.py", "-k", "ir_version"]),
+
 ]
 
 
