@@ -26,7 +26,7 @@ if has tests; then
 fi
 if has profile; then
   stamp profile
-  timeout 50 python3 dev/cuda_profile.py --nets lenet5,mnistcnn,modern --batches 256 2>&1 \
+  timeout 100 python3 dev/cuda_profile.py --nets lenet5,mnistcnn,modern --batches 256 2>&1 \
     | tee "$OUT/profile.txt"
 fi
 if has cudabench; then

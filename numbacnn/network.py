@@ -12,7 +12,7 @@ import numpy as np
 from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Conv2D, Dropout, Flatten, Layer, Residual, Shape, fuse_chain
-from .program import InferenceProgram
+from .program import DeviceInference, InferenceProgram
 
 _FLOAT32 = np.dtype(np.float32)
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
@@ -101,7 +101,7 @@ class Sequential:
         """Set up the layers' fusions (``layers.fuse_chain``: conv/BatchNorm + ReLU (+ max pool))."""
         fuse_chain(self.layers, enabled)
         # recorded with the old kernels: dropped
-        self._programs: dict[tuple[Shape, int | None], InferenceProgram] = {}
+        self._programs: dict[tuple[Shape, int | None], InferenceProgram | DeviceInference] = {}
         self._slices: dict[Shape, int] = {}  # eval_slice by input shape (the fusions decide it)
 
     def _bind_views(self) -> None:
@@ -178,14 +178,15 @@ class Sequential:
             self._can_backward = upto is None
             return to_host(h).copy()
         self._can_backward = False
-        replay = self.device == "cpu" and self._folds_inside(upto)
-        n, size = x.shape[0], self.eval_slice(x.shape[1:]) if replay else EVAL_BATCH
+        cpu = self.device == "cpu"
+        replay = not cpu or self._folds_inside(upto)
+        n, size = x.shape[0], self.eval_slice(x.shape[1:]) if cpu and replay else EVAL_BATCH
         out = None
-        if replay and n <= size:  # one slice (a batch-1 prediction: every microsecond shows)
+        if cpu and replay and n <= size:  # one slice (a batch-1 prediction: every microsecond shows)
             return self._inference(x.shape, upto).run(x).copy()
         for lo in range(0, n, size):
             xs = x[lo:lo + size]
-            if replay:
+            if replay:  # (on a device, a new host array)
                 h = self._inference(xs.shape, upto).run(xs)
             else:
                 h = to_host(self.through(self.backend.asarray(xs), False, upto))
@@ -240,7 +241,7 @@ class Sequential:
                 return False
         return last is None or not last.infer_layout & 2
 
-    def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram:
+    def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram | DeviceInference:
         """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded on
         first use; dropped when the fusions, the device or the parameter buffers change). At most
         ``INFERENCE_PROGRAMS`` are kept, the least recently used dropped first: each holds its
@@ -249,7 +250,7 @@ class Sequential:
         key = (shape, upto)
         prog = programs.pop(key, None)  # re-inserted below: the dict's order is the use order
         if prog is None or prog.params is not self.params:
-            prog = InferenceProgram(self, shape, upto)
+            prog = (InferenceProgram if self.device == "cpu" else DeviceInference)(self, shape, upto)
         programs[key] = prog
         while len(programs) > INFERENCE_PROGRAMS:
             del programs[next(iter(programs))]

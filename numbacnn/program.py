@@ -8,18 +8,22 @@ and backend make (dropout's masks included: the kernel draws them from a counter
 later calls gather the batch into the step's input buffers and replay those calls in order,
 through the kernels' compiled entry points (numba's type dispatch resolved once). The calls read
 and write the same buffers and parameter views as the layers' own, so a replayed step computes bit
-for bit what the layers' Python would. On CUDA every call runs through the layers, the loss and
-its gradient on the device (only the batch goes in and two statistics come out). The optimizer's
-update is not part of a step (its scalars change every step).
+for bit what the layers' Python would. On CUDA the first step runs through the layers; the second
+captures the step's kernel launches as one CUDA graph (``Backend.graph``), which every later step
+launches: the same kernels on the same buffers, without the layers' Python or numba's per-launch
+cost (20-45 us a kernel). Only the batch goes in (gathered into page-locked memory) and two
+statistics come out. The optimizer's update is not part of a step (its scalars change every step).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from ._config import get_num_threads
 from .backend import team as _team
+from .backend.base import GraphError
 from .backend.calls import Call, capture
 
 
@@ -40,6 +44,40 @@ def entry_point(fn: Any, args: tuple) -> Any:
     return fn if overload is None else overload.entry_point
 
 
+class DeviceRuns:
+    """Runs ``fn`` (a program's work on a device: copies in, kernel launches, copies out) and waits
+    for it: the first time launch by launch (compiling the kernels, allocating the buffers), the
+    second captured as one graph (``Backend.graph``), which later runs launch. ``graph``: None
+    before the second run, then the graph, or False (none: the simulator, or a capture the driver
+    refused, with a warning saying why; then every run goes launch by launch)."""
+
+    def __init__(self, backend: Any, fn: Any) -> None:
+        self.backend = backend
+        self.fn = fn
+        self.graph: Any = None
+        self.runs = 0
+
+    def __call__(self) -> None:
+        if self.graph is None and self.runs:
+            self.graph = self._capture()
+        self.runs += 1
+        if self.graph:
+            self.graph.launch()
+        else:
+            self.fn()
+        self.backend.synchronize()
+
+    def _capture(self) -> Any:
+        with capture() as calls:  # the graph holds the calls, and with them the buffers they address
+            try:
+                graph = self.backend.graph(self.fn, keep=calls)
+            except GraphError as e:
+                warnings.warn(f"{e}; running launch by launch instead of as a CUDA graph",
+                              RuntimeWarning, stacklevel=4)
+                graph = None
+        return graph or False
+
+
 class StepProgram:
     """One training step of ``net`` on batches of ``batch`` examples of shape ``in_shape``.
 
@@ -49,7 +87,8 @@ class StepProgram:
     checks them (the kernels do not).
 
     ``calls``: on the CPU, after the first step, the captured (function, arguments) list that later
-    steps replay (a profiler can time them one by one).
+    steps replay (a profiler can time them one by one). ``device``: on CUDA, the ``DeviceRuns`` of
+    the step (its ``graph``).
     """
 
     def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...], label_smoothing: float = 0.0
@@ -60,8 +99,13 @@ class StepProgram:
         self.backend = be = net.backend
         self.replays = be.name == "cpu"
         self.x = be.empty((batch, *in_shape), np.float32)
-        self._x_rows = self.x.reshape(batch, -1) if self.replays else None
         self.y = be.empty((batch,), np.int64)
+        # the batch is gathered here (on a device: host staging that ``write`` copies from)
+        self._xh = self.x if self.replays else be.staging((batch, *in_shape), np.float32)
+        self._yh = self.y if self.replays else be.staging((batch,), np.int64)
+        self._x_rows = self._xh.reshape(batch, -1)
+        self._stats_h = be.staging((2,), np.float64)
+        self.device = None if self.replays else DeviceRuns(be, self._device_run)
         n_classes = net.output_shape(tuple(in_shape))[0]
         self.dlogits = be.empty((batch, n_classes), np.float32)
         self.losses = be.empty((batch,), np.float64)
@@ -74,9 +118,9 @@ class StepProgram:
              moves: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
         """``moves``: the batch's augmentation (``Augment.draw``), applied as it is gathered."""
         self._gather(x, y, idx, moves)
-        if not self.replays:
-            self._run()
-            stats = self.backend.to_host(self.stats)
+        if self.device is not None:
+            self.device()
+            stats = self._stats_h
         elif self.calls is None:
             self._record()
             stats = self.stats
@@ -88,34 +132,25 @@ class StepProgram:
 
     def _gather(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray,
                 moves: tuple[np.ndarray, np.ndarray] | None) -> None:
-        """The batch x[idx], y[idx] (moved by ``moves``) into the step's input buffers."""
+        """The batch x[idx], y[idx] (moved by ``moves``) into the step's host input buffers (on the
+        CPU the step's own; on a device the staging that ``step`` copies from)."""
         from . import augment
-
-        if moves is not None:
-            if not self.replays:
-                xb, yb = augment.augmented(x, y, idx, moves)
-                self.backend.write(self.x, xb)
-                self.backend.write(self.y, yb)
-            elif (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
-                    and idx.dtype == np.int64):
-                augment.gather(self.x, self.y, x, y, idx, moves)
-            else:
-                self.x[...], self.y[...] = augment.augmented(x, y, idx, moves)
-            return
-        if not self.replays:
-            self.backend.write(self.x, x[idx])
-            self.backend.write(self.y, y[idx])
-            return
         from .kernels import cpu as K
 
-        if (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
-                and idx.dtype == np.int64):
+        fast = (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
+                and idx.dtype == np.int64)
+        if moves is not None:
+            if fast:
+                augment.gather(self._xh, self._yh, x, y, idx, moves)
+            else:
+                self._xh[...], self._yh[...] = augment.augmented(x, y, idx, moves)
+        elif fast:
             if self._rows[0] is not x:
                 self._rows = (x, x.reshape(len(x), -1))
-            K.gather_batch(self._x_rows, self.y, self._rows[1], y, idx)  # a parallel copy
+            K.gather_batch(self._x_rows, self._yh, self._rows[1], y, idx)  # a parallel copy
         else:
-            self.x[...] = x[idx]
-            self.y[...] = y[idx]
+            self._xh[...] = x[idx]
+            self._yh[...] = y[idx]
 
     def _run(self) -> Any:
         """Forward, loss, statistics and backward through the layers; returns the logits."""
@@ -126,6 +161,14 @@ class StepProgram:
         net.through_backward(self.dlogits, need_input_grad=False)
         net._can_backward = True
         return h
+
+    def _device_run(self) -> None:
+        """On a device: the batch in, the step, the statistics out (one graph from the second step)."""
+        be = self.backend
+        be.write(self.x, self._xh)
+        be.write(self.y, self._yh)
+        self._run()
+        be.read(self._stats_h, self.stats)
 
     def _record(self) -> None:
         with capture() as calls:
@@ -253,3 +296,35 @@ class InferenceProgram:
                     reads.append((k, (a.ctypes.data - base, a.shape, a.strides)))
             out.append(reads or None)
         return out
+
+
+class DeviceInference:
+    """The inference forward (``training=False``) of ``net`` through ``layers[:upto]`` for inputs of
+    one ``shape`` on a device with graphs (CUDA): the input goes into a bound device buffer (through
+    page-locked staging); the first run goes through the layers (compiling, allocating), the second
+    captures their launches and the copies in and out as one graph (``DeviceRuns``), later runs
+    launch it. ``run`` returns a new host array."""
+
+    def __init__(self, net: Any, shape: tuple[int, ...], upto: int | None = None) -> None:
+        be = self.backend = net.backend
+        self.net = net
+        self.upto = upto
+        self.params = net.params
+        self.x = be.empty(shape, np.float32)
+        self._xh = be.staging(shape, np.float32)
+        self._outh: Any = None  # page-locked host output
+        self.device = DeviceRuns(be, self._device_run)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        np.copyto(self._xh, x)
+        self.device()
+        return self._outh.copy()
+
+    def _device_run(self) -> None:
+        """The input in, the layers, the output out (one graph from the second run)."""
+        be = self.backend
+        be.write(self.x, self._xh)
+        out = self.net.through(self.x, training=False, upto=self.upto)
+        if self._outh is None:  # the first run (not captured)
+            self._outh = be.staging(out.shape, out.dtype)
+        be.read(self._outh, out)

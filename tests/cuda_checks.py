@@ -104,14 +104,25 @@ def test_layer_matches_oracle(make, shape, ties, plan):
         np.testing.assert_allclose(host(getattr(layer, "d" + k)), g, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("make,shape,chunks", [
-    (lambda: nc.Conv2D(8, 37, 3, stride=2, padding=1), (2, 8, 9, 11), 1),  # 2 x 2 tiles, 5 slices
-    (lambda: nc.Conv2D(2, 3, 3, padding=1), (1, 2, 16, 20), 2),  # dw's reduction in 2 chunks
-    (lambda: nc.Conv2D(1, 4, 5, stride=(2, 1), padding=(1, 2)), (1, 1, 9, 9), 1),
+@pytest.mark.parametrize("make,shape,chunks,tiles", [
+    # forward 32 x 32 (2 x 2 tiles, 5 slices), dx 32 x 128 (2 tiles), dw 32 x 32 (2 x 3 tiles)
+    (lambda: nc.Conv2D(8, 37, 3, stride=2, padding=1), (2, 8, 9, 11), 1, ((32, 32), (32, 128), (32, 32))),
+    (lambda: nc.Conv2D(2, 3, 3, padding=1), (1, 2, 16, 20), 2,  # dw's reduction in 2 chunks
+     ((32, 128), (32, 128), (32, 32))),
+    (lambda: nc.Conv2D(1, 4, 5, stride=(2, 1), padding=(1, 2)), (1, 1, 9, 9), 1,
+     ((32, 32), (32, 32), (32, 32))),
+    (lambda: nc.Conv2D(1, 65, 1), (1, 1, 9, 9), 1,  # forward 64 x 64, 2 x 2 tiles
+     ((64, 64), (32, 32), (32, 32))),
+    (lambda: nc.Conv2D(64, 64, 1), (1, 64, 2, 3), 1, ((32, 32), (32, 32), (64, 64))),  # dw 1 x 2
+    (lambda: nc.Conv2D(65, 2, 1), (1, 65, 9, 8), 1, ((32, 32), (64, 64), (32, 32))),  # dx 2 x 2
+    (lambda: nc.Conv2D(16, 4, 3, padding=1), (1, 16, 5, 5), 1, ((32, 32), (32, 32), (32, 128))),
 ])
-def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks):
-    """The tiled plan on shapes that span several tiles, reduction slices and weight-gradient
-    chunks (partial sums added in chunk order), with a fused ReLU, against the float64 oracle."""
+def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks, tiles):
+    """The tiled plan on shapes that span several tiles (of each tile shape), reduction slices and
+    weight-gradient chunks (partial sums added in chunk order), with a fused ReLU, against the
+    float64 oracle."""
+    from numbacnn.kernels.cuda.conv2d_tiled import tile
+
     rng = np.random.default_rng(2)
     x = rng.standard_normal(shape).astype(np.float32)
     layer, p = on_gpu(make)
@@ -119,6 +130,9 @@ def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks):
     assert layer.strategy == "tiled"
     y = host(layer.forward(cuda.to_device(x), training=True))
     assert dw_chunks(x.shape, p["weight"].shape, y.shape)[0] == chunks
+    N, Co, Ci, K1 = x.shape[0], y.shape[1], x.shape[1], p["weight"][0].size + 1
+    assert (tile(Co, N * y.shape[2] * y.shape[3]), tile(Ci, N * x.shape[2] * x.shape[3]),
+            tile(Co, K1)) == tiles
     ey = np.maximum(ref.conv2d_forward(x, p["weight"], p["bias"], layer.stride, layer.padding), 0)
     np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
     dy = rng.standard_normal(y.shape).astype(np.float32)
@@ -294,3 +308,75 @@ def test_training_on_the_device_repeats_bit_for_bit():
         states.append(net.state_dict())
     for k in states[0]:
         np.testing.assert_array_equal(states[1][k], states[0][k], err_msg=k)
+
+
+def _graphs_expected():
+    """On a GPU every step and prediction program captures a CUDA graph; the simulator has none."""
+    from numba import config
+
+    return not config.ENABLE_CUDASIM
+
+
+# graph replays against launches one by one: the same code path under the simulator (no graphs)
+gpu_only = pytest.mark.skipif(not _graphs_expected(), reason="CUDA graphs need a GPU")
+
+
+@gpu_only
+def test_graph_steps_equal_steps_launched_one_by_one():
+    """Step programs replayed as CUDA graphs end with the bits of the same programs launched kernel
+    by kernel (graph False): batches of 4 and 2 alternating, so two graphs whose layers share
+    workspaces; BatchNorm, dropout, label smoothing, an optimizer step between steps."""
+    import warnings
+
+    from numbacnn.program import StepProgram
+
+    rng = np.random.default_rng(6)
+    x = rng.random((10, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 3, 10)
+    spec = "conv(3,3,padding=same),bn,relu,maxpool(2),conv(4,3),relu,dropout(0.3),dense(5),relu"
+    runs = []
+    for graphs in (False, True):
+        net = nc.build_network(spec, (1, 8, 8), 3, seed=2).to("cuda")
+        opt = nc.SGD(net, lr=0.05, momentum=0.9)
+        programs = {n: StepProgram(net, n, (1, 8, 8), label_smoothing=0.1) for n in (4, 2)}
+        if not graphs:
+            for prog in programs.values():
+                prog.device.graph = False  # launch by launch
+        stats = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a refused capture warns: fail on it
+            for step in range(8):
+                n = 4 if step % 3 else 2
+                idx = np.arange(step, step + n, dtype=np.int64) % 10
+                stats.append(programs[n].step(x, y, idx))
+                opt.step()
+        runs.append((net.state_dict(), stats))
+        if graphs:
+            assert all(bool(p.device.graph) == _graphs_expected() for p in programs.values())
+    assert runs[1][1] == runs[0][1]
+    for k in runs[0][0]:
+        np.testing.assert_array_equal(runs[1][0][k], runs[0][0][k], err_msg=k)
+
+
+@gpu_only
+def test_graph_predictions_follow_the_weights():
+    """Predictions replayed as a graph (from the third call on) equal the layers' own forward, also
+    after the weights change in place (an optimizer step, load_state_dict)."""
+    import warnings
+
+    rng = np.random.default_rng(7)
+    x = rng.random((5, 1, 8, 8)).astype(np.float32)
+    spec = "conv(3,3,padding=same),bn,relu,maxpool(2),dense(4),relu"
+    net = nc.build_network(spec, (1, 8, 8), 3, seed=3).to("cuda")
+    twin = nc.build_network(spec, (1, 8, 8), 3, seed=3).to("cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(3):
+            got = net.forward(x)
+            np.testing.assert_array_equal(got, twin.forward(x, keep=True))
+        assert bool(net._programs[(x.shape, None)].device.graph) == _graphs_expected()
+        state = {k: v * np.float32(1.5) + np.float32(0.01) for k, v in net.state_dict().items()}
+        net.load_state_dict(state)
+        twin.load_state_dict(state)
+        np.testing.assert_array_equal(net.forward(x), twin.forward(x, keep=True))
+        np.testing.assert_array_equal(net.forward(x[:3]), twin.forward(x[:3], keep=True))

@@ -21,6 +21,11 @@ Shape = tuple[int, ...]
 Pair = tuple[int, int]
 
 
+class GraphError(RuntimeError):
+    """A capture or graph launch that the device's driver refused (``Backend.graph``); the message
+    names the driver's error."""
+
+
 def conv_out(size: int, k: int, s: int, p: int) -> int:
     """Output positions along one axis of a convolution or pooling window: input ``size``, window
     ``k``, stride ``s``, zero padding ``p`` on both sides."""
@@ -136,6 +141,28 @@ class Backend:
     def write(self, dst: Any, src: np.ndarray) -> None:
         """Copy the host array ``src`` into the backend array ``dst`` (same shape; ``dst``'s dtype)."""
         raise NotImplementedError
+
+    def read(self, dst: np.ndarray, src: Any) -> None:
+        """Copy the backend array ``src`` into the host array ``dst`` (a ``staging`` array on CUDA:
+        in order with the kernels, complete after ``synchronize``)."""
+        np.copyto(dst, self.to_host(src))
+
+    def synchronize(self) -> None:
+        """Wait until every launch and copy made so far has finished (nothing to wait for on the
+        CPU)."""
+
+    def staging(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        """A host array for inputs that ``write`` copies to this device (page-locked on CUDA: its
+        copies run at full speed and in order with the kernels, without waiting for them; keep it
+        unchanged until the next ``to_host``)."""
+        return np.empty(shape, dtype)
+
+    def graph(self, fn: Any, keep: Any = None) -> Any:
+        """The kernel launches of ``fn()`` captured as one graph that ``.launch()`` replays, or None
+        where this backend has none (then ``fn`` has not run); ``keep``: what the graph holds on to
+        (the buffers its launches address). Raises GraphError when the driver refuses. CUDA:
+        backend/cuda_graph.py."""
+        return None
 
     def workspace(self) -> Workspace:
         return Workspace(self)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cuda as KC
+from ..kernels.cuda._launch import stream
 from .base import Backend, ConvGeometry, ConvPlan, Shape
 from .cuda_conv import TiledPlan
 
@@ -35,7 +36,25 @@ class CudaBackend(Backend):
         return not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host")  # also the simulator's
 
     def write(self, dst: Any, src: np.ndarray) -> None:
-        dst.copy_to_device(np.ascontiguousarray(src, dtype=dst.dtype))
+        # on the launch stream: in order with the kernels; a pageable src is staged before this
+        # returns, a page-locked one (``staging``) is read while the stream runs
+        dst.copy_to_device(np.ascontiguousarray(src, dtype=dst.dtype), stream=stream())
+
+    def read(self, dst: np.ndarray, src: Any) -> None:
+        src.copy_to_host(dst, stream=stream())
+
+    def synchronize(self) -> None:
+        s = stream()
+        if s:
+            s.synchronize()
+
+    def staging(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        return self._cuda.pinned_array(shape, dtype)
+
+    def graph(self, fn: Any, keep: Any = None) -> Any:
+        from .cuda_graph import capture
+
+        return capture(fn, keep)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
         return TiledPlan(geometry)

@@ -5,6 +5,8 @@ CPU-only workspaces (im2col caches, per-chunk gradient parts): on the GPU every 
 has its own thread that gathers what it needs, so there are no partial sums to reduce.
 Importing this package needs numba.cuda but no GPU; launching needs a GPU or NUMBA_ENABLE_CUDASIM=1.
 """
+import warnings as _warnings
+
 import numpy as _np
 
 if not hasattr(_np, "row_stack"):  # numba-cuda (0.30) registers np.row_stack, which numpy 2.5 removed:
@@ -33,6 +35,11 @@ from .pool import (
                    maxpool2d_backward,
                    maxpool2d_forward,
 )
+
+# numba warns at every launch of a grid under 2 blocks per multiprocessor; this package's small
+# grids (one block of statistics, a few tiles of a small layer) are meant, and their warnings
+# would bury a user's output
+_warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization")
 
 __all__ = [
     "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",

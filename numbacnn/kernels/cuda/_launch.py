@@ -1,7 +1,9 @@
-"""Launch helpers for the CUDA kernels: one thread per output element, 1-D grids."""
+"""Launch helpers for the CUDA kernels: launch configurations on the package's launch stream, 1-D
+grids of one thread per output element, block reductions."""
+import functools
 import math
 
-from numba import config, cuda
+from numba import config, cuda, int64, uint32
 
 THREADS = 128
 # threads of a block that reduces (a power of two: the tree halves it); the simulator runs each thread
@@ -23,13 +25,29 @@ def window(o, S, P, K, size):
 
 @cuda.jit(device=True)
 def readers(i, P, K, S, n_out):
-    """Output positions o in [lo, hi) whose window [o*S - P, o*S - P + K) contains input i."""
-    return max(0, (i + P - K) // S + 1), min(n_out, (i + P) // S + 1)
+    """Output positions o in [lo, hi) whose window [o*S - P, o*S - P + K) contains input i (the
+    divisions of non-negative values in 32 bits)."""
+    lo = 0 if i + P < K else int64(uint32(i + P - K) // uint32(S)) + 1
+    return lo, min(n_out, int64(uint32(i + P) // uint32(S)) + 1)
 
 
-def grid(n: int) -> tuple[int, int]:
-    """(blocks, threads) covering n elements."""
-    return max(1, math.ceil(n / THREADS)), THREADS
+@functools.cache
+def stream():
+    """The stream every kernel of this package launches on: the calling thread's per-thread default
+    stream. Unlike the legacy default stream it can be captured into a CUDA graph
+    (backend/cuda_graph.py), and like it, it is ordered with numba's copies (which run on the legacy
+    default stream: the two synchronise with each other). 0 (the default) under the simulator."""
+    return 0 if config.ENABLE_CUDASIM else cuda.per_thread_default_stream()  # type: ignore[attr-defined]
+
+
+def on(blocks, threads):
+    """The launch configuration ``kernel[on(blocks, threads)]``: on the launch stream."""
+    return blocks, threads, stream()
+
+
+def grid(n: int):
+    """The launch configuration of a 1-D grid covering n elements."""
+    return on(max(1, math.ceil(n / THREADS)), THREADS)
 
 
 @cuda.jit(device=True)

@@ -2,11 +2,23 @@
 strided slices in float64 and a fixed tree adds them (the same order every run)."""
 import math
 
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, int64, uint32
 
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
-from ._launch import grid
+from ._launch import grid, on
+
+
+@cuda.jit(device=True)
+def _n(j, S):
+    """The example of flat index j = n S + i (a 32-bit division: j < N S, well below 2**32)."""
+    return int64(uint32(j) // uint32(S))
+
+
+@cuda.jit(device=True)
+def _i(j, S):
+    """The position i of flat index j = n S + i."""
+    return int64(uint32(j) % uint32(S))
 
 
 @cuda.jit
@@ -19,11 +31,11 @@ def _forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, w
     buf = cuda.shared.array(_T, float64)
     s = 0.0
     for j in range(t, M, _T):
-        s += x[j // S, c, j % S]
+        s += x[_n(j, S), c, _i(j, S)]
     mu = _block_sum(buf, s) / M
     s = 0.0
     for j in range(t, M, _T):
-        d = x[j // S, c, j % S] - mu
+        d = x[_n(j, S), c, _i(j, S)] - mu
         s += d * d
     var = _block_sum(buf, s) / M
     inv = 1.0 / math.sqrt(var + eps)
@@ -37,8 +49,8 @@ def _forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, w
     a = weight[c] * inv
     b = bias[c] - mu * a
     for j in range(t, M, _T):
-        v = a * x[j // S, c, j % S] + b
-        y[j // S, c, j % S] = 0.0 if relu and v < 0 else v
+        v = a * x[_n(j, S), c, _i(j, S)] + b
+        y[_n(j, S), c, _i(j, S)] = 0.0 if relu and v < 0 else v
 
 
 @cuda.jit
@@ -53,8 +65,8 @@ def _forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, e
     a = weight[c] * inv
     b = bias[c] - running_mean[c] * a
     for j in range(t, N * S, _T):
-        v = a * x[j // S, c, j % S] + b
-        y[j // S, c, j % S] = 0.0 if relu and v < 0 else v
+        v = a * x[_n(j, S), c, _i(j, S)] + b
+        y[_n(j, S), c, _i(j, S)] = 0.0 if relu and v < 0 else v
 
 
 @cuda.jit
@@ -67,7 +79,7 @@ def _backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_st
     mu = mean[c]
     s, sx = 0.0, 0.0
     for j in range(t, M, _T):
-        n, i = j // S, j % S
+        n, i = _n(j, S), _i(j, S)
         g = 0.0 if relu and not y[n, c, i] > 0 else dy[n, c, i]
         s += g
         sx += g * (x[n, c, i] - mu)
@@ -83,23 +95,23 @@ def _backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_st
     b1 = g_sum / M if batch_stats else 0.0
     b2 = inv * inv * gx_sum / M if batch_stats else 0.0
     for j in range(t, M, _T):
-        n, i = j // S, j % S
+        n, i = _n(j, S), _i(j, S)
         g = 0.0 if relu and not y[n, c, i] > 0 else dy[n, c, i]
         dx[n, c, i] = a * (g - b1 - (x[n, c, i] - mu) * b2)
 
 
 def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
                             eps, momentum, relu):
-    _forward_train[x.shape[1], _T](y, mean, invstd, running_mean, running_var, num_batches, x, weight,
+    _forward_train[on(x.shape[1], _T)](y, mean, invstd, running_mean, running_var, num_batches, x, weight,
                                    bias, eps, momentum, relu)
 
 
 def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
-    _forward_eval[x.shape[1], _T](y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu)
+    _forward_eval[on(x.shape[1], _T)](y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu)
 
 
 def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
-    _backward[x.shape[1], _T](dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
+    _backward[on(x.shape[1], _T)](dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
                               need_dx)
 
 

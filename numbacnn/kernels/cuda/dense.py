@@ -1,11 +1,33 @@
 """Fully connected layer on the GPU: the three products (forward, input and weight gradients) by one
-tiled GEMM kernel in shared memory (the tile shape of conv2d_tiled.py); every output element is one
+tiled GEMM kernel in shared memory (32 x 32 tiles, 16 x 16 threads of 2 x 2 outputs: a dense
+layer's products are small, and small tiles give them more blocks); every output element is one
 thread's sum in a fixed order (no atomics: deterministic)."""
 import math
 
 from numba import cuda, float32
 
-from .conv2d_tiled import BK, BM, BM1, BN, BN1, TD, _slice_product
+from ._launch import on
+
+BM = 32   # tile rows
+BN = 32   # tile columns
+BK = 16   # reduction slice staged per step
+TD = 16   # threads per block side: each thread 2 x 2 outputs (rows ty, ty + 16; columns tx, tx + 16)
+BM1, BN1 = BM + 1, BN + 1  # padded rows of staged tiles that are stored down their columns
+
+
+@cuda.jit(device=True)
+def _slice_product(As, Bs, ty, tx, c00, c01, c10, c11):
+    """The 2 x 2 outputs' sums over the staged slice: As[kk, row], Bs[kk, column]."""
+    for kk in range(BK):
+        a0 = As[kk, ty]
+        a1 = As[kk, ty + TD]
+        b0 = Bs[kk, tx]
+        b1 = Bs[kk, tx + TD]
+        c00 += a0 * b0
+        c01 += a0 * b1
+        c10 += a1 * b0
+        c11 += a1 * b1
+    return c00, c01, c10, c11
 
 
 @cuda.jit(device=True)
@@ -68,7 +90,7 @@ def _bias_grad(db, dout):
 
 
 def _grid(c):
-    return (math.ceil(c.shape[1] / BN), math.ceil(c.shape[0] / BM)), (TD, TD)
+    return on((math.ceil(c.shape[1] / BN), math.ceil(c.shape[0] / BM)), (TD, TD))
 
 
 def dense_forward(out, x, w, b):
@@ -81,4 +103,4 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     if need_dx:
         _gemm[_grid(dx)](dx, dout, w, db, 0, 0, 0)
     _gemm[_grid(dw)](dw, dout, x, db, 1, 0, 0)
-    _bias_grad[math.ceil(db.shape[0] / 128), 128](db, dout)
+    _bias_grad[on(math.ceil(db.shape[0] / 128), 128)](db, dout)

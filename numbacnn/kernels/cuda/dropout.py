@@ -4,7 +4,7 @@ import numpy as np
 from numba import cuda
 
 from ..cpu.dropout import philox4x32
-from ._launch import grid
+from ._launch import grid, on
 
 _LO, _S32, _S8 = np.uint64(0xFFFFFFFF), np.uint64(32), np.uint64(8)
 _philox4x32 = cuda.jit(device=True)(getattr(philox4x32, "py_func", philox4x32))  # the CPU's Python
@@ -63,7 +63,7 @@ def dropout_forward(y, mask, x, state, threshold, scale):
 
 
 def dropout_advance(state):
-    _advance[1, 1](state)
+    _advance[on(1, 1)](state)
 
 
 def dropout_backward(dx, dy, mask):

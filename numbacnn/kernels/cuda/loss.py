@@ -5,7 +5,7 @@ from numba import cuda, float64
 
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
-from ._launch import grid
+from ._launch import grid, on
 
 
 @cuda.jit(device=True)
@@ -71,7 +71,7 @@ def _stats(out, losses, logits, y):
 def step_stats(out, losses, logits, y):
     """As the CPU kernel: out[0] the mean loss, out[1] the correct count (first largest logit at the
     label); one block, each thread a strided share of the examples, added in a fixed tree order."""
-    _stats[1, _T](out, losses, logits, y)
+    _stats[on(1, _T)](out, losses, logits, y)
 
 
 @cuda.jit
