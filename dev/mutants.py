@@ -436,6 +436,9 @@ MUTANTS = [
     # session 27 (issue 36 and the 16-core machine)
     M("bench: inference timed from its third run, while its team region is built", "numbacnn/bench.py",
       "for _ in range(TEAM_AFTER + 2):", "for _ in range(2):", ["tests/test_bench.py", "-k", "team"]),
+    M("bench: a GPU row's percentage column prints nothing", "numbacnn/bench.py",
+      """return f"{'-':>5}" if fraction is None""", """return f"{'':>5}" if fraction is None""",
+      ["tests/test_bench.py", "-k", "dash"]),
     M("config: host compiles on AVX-512 keep LLVM's 256-bit preference", "numbacnn/_config.py",
       'host.flatten() + ",-prefer-256-bit"', "host.flatten()",
       ["tests/test_prebuilt.py", "-k", "512_bit"]),

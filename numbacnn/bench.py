@@ -273,6 +273,11 @@ class _OnnxRuntime:
         self.session.run(None, {"input": self.x})
 
 
+def _percent(fraction: float | None) -> str:
+    """A fraction as a 5-wide percentage column; "-" for none (a GPU's rows)."""
+    return f"{'-':>5}" if fraction is None else f"{100 * fraction:5.1f}"
+
+
 def _quartiles(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:.2f}, {values[0]:.2f}"
@@ -335,9 +340,11 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
             res["onnx_infer_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[-1]))
     res["matmul_peak_gflops"] = statistics.median(peaks)
     res["fma_peak_gflops"] = fma_gflops if fma_gflops is not None else statistics.median(fma)
-    res["train_fraction_of_peak"] = res["train_gflops"] / res["matmul_peak_gflops"]
-    res["train_fraction_of_fma_peak"] = res["train_gflops"] / res["fma_peak_gflops"]
-    res["infer_fraction_of_fma_peak"] = res["infer_gflops"] / res["fma_peak_gflops"]
+    for key, gflops, peak in (("train_fraction_of_peak", "train_gflops", "matmul_peak_gflops"),
+                              ("train_fraction_of_fma_peak", "train_gflops", "fma_peak_gflops"),
+                              ("infer_fraction_of_fma_peak", "infer_gflops", "fma_peak_gflops")):
+        # the peaks are the host CPU's: no fraction for a GPU's rows
+        res[key] = res[gflops] / res[peak] if device == "cpu" else None
     res["infer_ms_per_batch"] = 1e3 * batch / res["infer_img_s"]
     if "onnx_infer_img_s" in res:
         res["onnx_infer_ms_per_batch"] = 1e3 * batch / res["onnx_infer_img_s"]
@@ -537,9 +544,9 @@ def main(argv: list[str] | None = None) -> int:
                                  fma_peaks[t])
                 results.append(r)
                 line = (f"{net:9} {b:5d} {t:3d} | {r['train_img_s']:11.0f} {r['train_gflops']:7.1f} "
-                        f"{100 * r['train_fraction_of_fma_peak']:5.1f} | {r['infer_img_s']:11.0f} "
+                        f"{_percent(r['train_fraction_of_fma_peak'])} | {r['infer_img_s']:11.0f} "
                         f"{r['infer_ms_per_batch']:7.3f} {r['infer_gflops']:7.1f} "
-                        f"{100 * r['infer_fraction_of_fma_peak']:5.1f}")
+                        f"{_percent(r['infer_fraction_of_fma_peak'])}")
                 if use_torch:
                     line += (f" | {r['torch_train_img_s']:11.0f} {r['train_ratio']:5.2f} | "
                              f"{r['torch_infer_img_s']:11.0f} {r['infer_ratio']:5.2f}")

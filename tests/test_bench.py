@@ -103,3 +103,11 @@ def test_inference_is_timed_after_its_team_region_is_built(monkeypatch):
     monkeypatch.setattr(bench, "_time_block", check)
     bench.bench_config("lenet5", 4, 1, 1, 0.01, use_torch=False)
     assert seen == [[True]]
+
+
+def test_fractions_of_the_host_peak_print_as_a_dash_where_there_are_none():
+    """A GPU row has no fraction of the host CPU's FMA peak: its column shows "-", not 1613 %."""
+    from numbacnn.bench import _percent
+
+    assert _percent(None) == "    -"
+    assert _percent(0.6543) == " 65.4"

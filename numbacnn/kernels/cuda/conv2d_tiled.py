@@ -21,7 +21,7 @@ from ._launch import on
 BK = 16   # reduction slice staged per step
 TD = 16   # threads per block side
 TILES = ((64, 64), (32, 128), (32, 32))  # (BM, BN): rows x columns of a block's tile
-_BLOCKS = 528  # the weight gradient's grid aims at 4 blocks per multiprocessor of a 132-SM GPU
+_BLOCKS = 1056  # the weight gradient's grid aims at 8 blocks per multiprocessor of a 132-SM GPU
 # threads per output adding the weight gradient's chunks (a power of two; narrow in the simulator,
 # which runs each thread as a Python thread)
 _ROWS = 2 if config.ENABLE_CUDASIM else 16  # type: ignore[attr-defined]
