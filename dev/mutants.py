@@ -39,6 +39,7 @@ class Mutant:
 
 
 K = "numbacnn/kernels/cpu/"
+K2 = "numbacnn/kernels/cuda/"
 W = K + "conv2d_winograd.py"
 M = Mutant
 MUTANTS = [
@@ -436,6 +437,22 @@ MUTANTS = [
     # session 27 (issue 36 and the 16-core machine)
     M("bench: inference timed from its third run, while its team region is built", "numbacnn/bench.py",
       "for _ in range(TEAM_AFTER + 2):", "for _ in range(2):", ["tests/test_bench.py", "-k", "team"]),
+    M("program: a refused CUDA graph capture is tried again every run", "numbacnn/program.py",
+      "        return graph or False", "        return graph",
+      ["tests/test_program.py", "-k", "refused"]),
+    M("program: a device program captures its graph on every run", "numbacnn/program.py",
+      "        if self.graph is None and self.runs:", "        if self.runs:",
+      ["tests/test_program.py", "-k", "device_runs"]),
+    # CUDA kernels (in the simulator where there is no GPU; the graphs need one)
+    M("cuda: a pool's first reader of an input is one window early", K2 + "_launch.py",
+      "int64(uint32(i + P - K) // uint32(S)) + 1", "int64(uint32(i + P - K) // uint32(S))",
+      ["tests/cuda_checks.py", "-k", "layer_matches_oracle"]),
+    M("cuda: the tiled forward swaps an output's row and column", K2 + "conv2d_tiled.py",
+      "oy, ox = cp // OW, cp % OW", "ox, oy = cp // OW, cp % OW",
+      ["tests/cuda_checks.py", "-k", "tiles_and_chunks"]),
+    M("cuda: the weight gradient's chunk tree keeps one half", K2 + "conv2d_tiled.py",
+      "buf[r, lane] += buf[r + half, lane]", "buf[r, lane] = buf[r + half, lane]",
+      ["tests/cuda_checks.py", "-k", "tiles_and_chunks"]),
     M("bench: a GPU row's percentage column prints nothing", "numbacnn/bench.py",
       """return f"{'-':>5}" if fraction is None""", """return f"{'':>5}" if fraction is None""",
       ["tests/test_bench.py", "-k", "dash"]),
@@ -460,6 +477,8 @@ def _copy_tree(dst: str) -> None:
 
 def _pytest(copy: str, args: list[str], timeout: float) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
+    if "tests/cuda_checks.py" in args and shutil.which("nvidia-smi") is None:
+        env.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # the CUDA kernels' checks in the simulator
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args]
     try:
         r = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)

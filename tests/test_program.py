@@ -448,3 +448,57 @@ def test_a_forked_child_does_not_use_team_regions():
         assert pool.apply(team.available) is False
         assert pool.apply(team.forked) is True  # a program made before the fork replays there
     assert team.available() and not team.forked()
+
+
+class _GraphBackend:
+    """A backend stand-in for DeviceRuns: ``graph`` returns a graph that counts its launches
+    (capturing records the work, it does not run it), or refuses like a driver."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.captures = 0
+        self.syncs = 0
+
+    def graph(self, fn, keep=None):
+        from numbacnn.backend.base import GraphError
+
+        self.captures += 1
+        if self.refuse:
+            raise GraphError("cuGraphInstantiate failed: CUDA_ERROR_TEST")
+
+        class Graph:
+            launches = 0
+
+            def launch(self):
+                Graph.launches += 1
+
+        return Graph()
+
+    def synchronize(self):
+        self.syncs += 1
+
+
+def test_device_runs_go_through_the_layers_once_then_as_one_graph():
+    """The first run calls the work itself, the second captures it (without running it: the graph
+    launch runs it), later runs only launch; each run waits for the device."""
+    from numbacnn.program import DeviceRuns
+
+    be, ran = _GraphBackend(), []
+    runs = DeviceRuns(be, lambda: ran.append(1))
+    runs()
+    assert (len(ran), be.captures, runs.graph) == (1, 0, None)
+    runs()
+    runs()
+    assert (len(ran), be.captures, type(runs.graph).launches, be.syncs) == (1, 1, 2, 3)
+
+
+def test_a_refused_capture_warns_and_runs_launch_by_launch():
+    from numbacnn.program import DeviceRuns
+
+    be, ran = _GraphBackend(refuse=True), []
+    runs = DeviceRuns(be, lambda: ran.append(1))
+    runs()
+    with pytest.warns(RuntimeWarning, match="CUDA_ERROR_TEST.*launch by launch"):
+        runs()
+    runs()
+    assert (len(ran), be.captures, runs.graph) == (3, 1, False)
