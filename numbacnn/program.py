@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ._config import get_num_threads
 from .backend import team as _team
 from .backend.base import GraphError
 from .backend.calls import Call, capture
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def compiled(calls: list[Call]) -> list[Call]:
@@ -215,6 +216,11 @@ class InferenceProgram:
         self.team: Any = None
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        team = self.team
+        if (team and x.dtype is _FLOAT32 and x.shape == self.x.shape and self._reads is not None
+                and x.flags.c_contiguous and x.flags.writeable and not _team.forked()):
+            team[0](team[1].rows, 0, x, team[2])  # read in place; 0: numba's thread count
+            return self.out  # type: ignore[return-value]
         if self.out is None:
             np.copyto(self.x, x)
             with capture() as calls:
@@ -233,7 +239,7 @@ class InferenceProgram:
             entry, schedule, patches = self.team
             if not direct:
                 np.copyto(self.x, x)
-            entry(schedule.rows, get_num_threads(), x if direct else self.x, patches)
+            entry(schedule.rows, 0, x if direct else self.x, patches)  # 0: numba's thread count
             return self.out
         if not direct:
             np.copyto(self.x, x)

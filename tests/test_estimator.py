@@ -23,9 +23,8 @@ SMALL = dict(architecture="conv(8,3,padding=same),relu,maxpool(2),dense(32),relu
 EXPECTED_FAILURES = {name: "mini-batch SGD: weights equal repeated rows in expectation, not bit for bit"
                      for name in ("check_sample_weight_equivalence_on_dense_data",
                                   "check_sample_weight_equivalence_on_sparse_data")}
-# transform's features of one example move by float32 rounding (1e-7) with its row in the batch:
-# OpenBLAS sums a GEMM's edge rows in another order (predictions are unaffected; test_transform_...)
-EXPECTED_FAILURES["check_methods_sample_order_invariance"] = "BLAS rounding depends on the row (1e-7)"
+# (check_methods_sample_order_invariance passes bit for bit: the dense layers' dot blocks sum a row
+# the same way wherever it lies in the batch; OpenBLAS summed a GEMM's edge rows in another order)
 
 
 @parametrize_with_checks([CNNClassifier(**SMALL)], expected_failed_checks=lambda est: EXPECTED_FAILURES)

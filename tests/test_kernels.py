@@ -1075,6 +1075,78 @@ def test_gemm_blocks_against_float64_and_on_every_row_count(rng):
             np.testing.assert_array_equal(y, full[:M * N], err_msg=f"{M} rows of {N} x {T}")
 
 
+def test_dot_rows_against_float64_on_every_block_shape(rng):
+    """microkernel.dot_rows (the dense forward's x @ w.T): against a float64 product (stated
+    tolerance) at offsets and pitches inside larger arrays, for 1-9 rows (blocks of 1-4 rows),
+    column counts that take 2 x 8, 4 x 4 (the last overlapping) and single-column blocks, and
+    reduction lengths below, at and past a vector's 16 (the scalar tail); a row's bits do not
+    depend on how many rows the call has, and nothing outside the product is written."""
+    from numbacnn.kernels.cpu.microkernel import dot_rows
+
+    for N in (1, 2, 3, 4, 5, 8, 9, 17):
+        for T in (1, 7, 16, 33, 100):
+            xs, ws, ys = T + 3, T + 1, N + 2
+            x = f32(rng.standard_normal(5 + 9 * xs))
+            w = f32(rng.standard_normal(2 + N * ws))
+            full = None
+            for M in range(1, 10):
+                y = np.full(4 + M * ys, np.nan, np.float32)
+                dot_rows(y, 4, ys, x, 5, xs, M, w, 2, ws, N, T)
+                X = np.lib.stride_tricks.as_strided(x[5:], (M, T), (4 * xs, 4)).astype(np.float64)
+                W = np.lib.stride_tricks.as_strided(w[2:], (N, T), (4 * ws, 4)).astype(np.float64)
+                got = y[4:].reshape(M, ys)
+                np.testing.assert_allclose(got[:, :N], X @ W.T, rtol=1e-5, atol=1e-5,
+                                           err_msg=f"{M} x {N} x {T}")
+                assert np.isnan(y[:4]).all() and np.isnan(got[:, N:]).all()
+                if M == 9:
+                    full = got[:, :N].copy()
+            for M in range(1, 9):
+                y = np.empty(M * N, np.float32)
+                dot_rows(y, 0, N, x, 5, xs, M, w, 2, ws, N, T)
+                np.testing.assert_array_equal(y.reshape(M, N), full[:M], err_msg=f"{M} rows, {N} x {T}")
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_gemm_tn_and_gemm_nn_against_float64_with_pitches(rng, first):
+    """microkernel.gemm_tn (x.T @ w, the weight gradients' products; accumulating into y when not
+    ``first``) and gemm_nn (x @ w with any pitches) against float64 (stated tolerance), at offsets
+    and pitches inside larger arrays, for 1-30 rows and column counts of 32-wide and 16-wide blocks
+    (and an overlapping last one where y is overwritten); a row's bits do not depend on the row
+    count, and nothing outside the product is written."""
+    from numbacnn.kernels.cpu.microkernel import gemm_nn, gemm_tn
+
+    # reductions past microkernel.TN_CHUNK (96) too: gemm_tn goes on in y from chunk to chunk
+    for N, T in ((64, 9), (48, 20), (16, 3), (32, 150)) + (((40, 17), (40, 200)) if first else ()):
+        xs, ws, ys = 31 + 2, N + 5, N + 3
+        x = f32(rng.standard_normal(7 + T * xs))  # gemm_tn's x: (T, M) rows xs apart
+        xn = f32(rng.standard_normal(7 + 30 * (T + 2)))  # gemm_nn's x: (M, T) rows T + 2 apart
+        w = f32(rng.standard_normal(3 + T * ws))
+        W = np.lib.stride_tricks.as_strided(w[3:], (T, N), (4 * ws, 4)).astype(np.float64)
+        start = f32(rng.standard_normal(5 + 30 * ys))
+        rows = {}
+        for M in range(1, 31):
+            y = start.copy()
+            y[:5] = np.nan
+            gemm_tn(y, 5, ys, x, 7, xs, w, 3, ws, M, N, T, first)
+            X = np.lib.stride_tricks.as_strided(x[7:], (T, M), (4 * xs, 4)).astype(np.float64)
+            got = y[5:5 + M * ys].reshape(M, ys)
+            want = X.T @ W + (0 if first else start[5:5 + M * ys].reshape(M, ys)[:, :N])
+            np.testing.assert_allclose(got[:, :N], want, rtol=1e-5, atol=1e-4, err_msg=f"tn {M} x {N} x {T}")
+            assert np.isnan(y[:5]).all()
+            np.testing.assert_array_equal(got[:, N:], start[5:5 + M * ys].reshape(M, ys)[:, N:])
+            np.testing.assert_array_equal(y[5 + M * ys:], start[5 + M * ys:])
+            rows.setdefault("tn", got[:1, :N].copy())
+            np.testing.assert_array_equal(got[:1, :N], rows["tn"])  # row 0's bits at any row count
+            y = np.full(5 + M * ys, np.nan, np.float32)
+            gemm_nn(y, 5, ys, xn, 7, T + 2, w, 3, ws, M, N, T)
+            X = np.lib.stride_tricks.as_strided(xn[7:], (M, T), (4 * (T + 2), 4)).astype(np.float64)
+            got = y[5:].reshape(M, ys)
+            np.testing.assert_allclose(got[:, :N], X @ W, rtol=1e-5, atol=1e-4, err_msg=f"nn {M} x {N} x {T}")
+            assert np.isnan(y[:5]).all() and np.isnan(got[:, N:]).all()
+            rows.setdefault("nn", got[:1, :N].copy())
+            np.testing.assert_array_equal(got[:1, :N], rows["nn"])
+
+
 @pytest.mark.parametrize("n", [7, 100_000])  # one block, and blocks in parallel
 def test_add_relu_is_relu_of_the_sum_and_keeps_nan(rng, n):
     """add with relu (a residual block's add with the ReLU after it) against NumPy: the same bits as

@@ -333,3 +333,41 @@ def test_inference_slices_follow_the_widest_written_activation(rng, monkeypatch)
     np.testing.assert_array_equal(
         whole, np.concatenate([net.forward(x[lo:lo + 16]) for lo in range(0, len(x), 16)]))
     np.testing.assert_allclose(whole, net.forward(x, keep=True), rtol=1e-5, atol=1e-5)  # one batch
+
+
+def test_repeated_predictions_follow_inputs_weights_and_shapes(rng):
+    """A prediction of the shape predicted last skips forward's checks (the program is kept); it
+    still reads the new input, the current weights, and falls back to the full path for other
+    dtypes, layouts and shapes, and after the fusions change or the network is pickled."""
+    import pickle
+
+    net = nc.build_network("conv(4,3),bn,relu,maxpool(2),flatten,dense(6)", (2, 8, 8), 3, seed=0)
+    x1 = rng.random((1, 2, 8, 8), dtype=np.float32)
+    x3 = rng.random((3, 2, 8, 8), dtype=np.float32)
+
+    def want(x):
+        return net.through(x.astype(np.float32), False, inference=False).copy()
+
+    for _ in range(4):
+        np.testing.assert_allclose(net.forward(x1), want(x1), rtol=1e-5, atol=1e-6)
+    assert net._last_prediction is not None and net._last_prediction[0] == x1.shape
+    y = x1 * np.float32(2)
+    np.testing.assert_allclose(net.forward(y), want(y), rtol=1e-5, atol=1e-6)  # the new input
+    np.testing.assert_allclose(net.forward(y.astype(np.float64)), want(y), rtol=1e-5, atol=1e-6)
+    wide = np.zeros((1, 2, 8, 16), np.float32)
+    wide[..., ::2] = y
+    np.testing.assert_allclose(net.forward(wide[..., ::2]), want(y), rtol=1e-5, atol=1e-6)
+    net.params[:] *= np.float32(0.5)  # weights written in place
+    np.testing.assert_allclose(net.forward(y), want(y), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.forward(x3), want(x3), rtol=1e-5, atol=1e-6)  # another shape
+    np.testing.assert_allclose(net.forward(y), want(y), rtol=1e-5, atol=1e-6)  # and back
+    np.testing.assert_allclose(net.forward(y, upto=-1), net.through(y, False, upto=-1), rtol=1e-5,
+                               atol=1e-6)
+    with net.unfused():
+        assert net._last_prediction is None
+        np.testing.assert_allclose(net.forward(y), want(y), rtol=1e-5, atol=1e-6)
+    copy = pickle.loads(pickle.dumps(net))
+    assert copy._last_prediction is None
+    np.testing.assert_array_equal(copy.forward(y), net.forward(y))
+    with pytest.raises(ValueError, match="floating-point"):
+        net.forward(y.astype(np.int32))

@@ -385,6 +385,28 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     assert team.schedule([(K.dense_backward, ())], 2) is None  # no team form: the program replays
 
 
+def test_team_of_no_thread_count_runs_numbas_count():
+    """team.run given 0 threads asks numba's threading layer (the calling thread's count, as
+    numba.set_num_threads left it): blocks of a 1-thread team all run on thread 0, of 2 threads
+    on threads 0 and 1."""
+    team = _team_or_skip()
+    import numba
+
+    from numbacnn.kernels.cpu import team as kernel
+
+    ids = np.full(2, -1, np.int64)
+    entry = team.address(kernel.thread_id_block, (numba.types.int64, numba.typeof(ids)))
+    thunk, buffer = team._packed(kernel.pack_blocks, (ids,))
+    rows = np.array([[thunk, entry, 2, buffer.ctypes.data]], np.int64)
+    for threads, want in ((1, [0, 0]), (2, [0, 1])):
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            continue
+        ids[:] = -1
+        with _numba_threads(threads):
+            kernel.run(rows, 0, ids, np.zeros((0, 2), np.int64))
+        assert list(ids) == want, threads
+
+
 def test_team_points_the_input_reads_at_the_callers_array():
     """team.run points the packed data pointers that read the recorded input (or a view of it, at
     an offset) at the array it is given: the calls then read that array, not the recording."""

@@ -27,7 +27,7 @@ from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
-from .microkernel import gemm_blocks
+from .microkernel import gemm_blocks, gemm_tn
 
 # The 16 transformed matrices of a block lie SKEW floats more than their size apart: at a size of
 # 4 KiB (16 channels x 64 tiles) the 16 streams of a transform otherwise fall into the same cache
@@ -310,8 +310,11 @@ def _weight_gemms(duf, mf, vf, Co, Ci, TB, KM, KV, first):
     """dU[:, k, :] (Co, Ci) (+)= dM[k]^T (Co, TB) @ V[k] (TB, Ci) for the 16 k (matrices k at
     k * KM and k * KV floats in mf and vf; duf: flat (Co, 16, Ci)); overwrites when first."""
     for k in range(16):
-        sgemm(True, False, Co, Ci, TB, np.float32(1.0), mf, k * KM, Co, vf, k * KV, Ci,
-              np.float32(0.0) if first else np.float32(1.0), duf, k * Ci, 16 * Ci)
+        if Ci % 16 == 0:
+            gemm_tn(duf, k * Ci, 16 * Ci, mf, k * KM, Co, vf, k * KV, Ci, Co, Ci, TB, first)
+        else:
+            sgemm(True, False, Co, Ci, TB, np.float32(1.0), mf, k * KM, Co, vf, k * KV, Ci,
+                  np.float32(0.0) if first else np.float32(1.0), duf, k * Ci, 16 * Ci)
 
 
 @kernel(parallel=False)

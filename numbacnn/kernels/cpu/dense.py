@@ -1,15 +1,19 @@
-"""Fully connected layer: out = x @ w.T + b, as single-threaded BLAS GEMMs over a fixed grid of tiles
-(one tile per prange iteration). Every GEMM spans its whole inner dimension, so no gradient needs a
-cross-thread reduction; the grid depends on the shapes only, so neither do the results on the thread
-count. Finer grids cost time on few cores: each tile's GEMM packs its operands again (64 tiles made
-mnistcnn's 1600 -> 128 layer 2x slower on one thread than one GEMM), so the grids stop at 32 tiles
-up to batch 128 (64 at 256, where row blocks of 64 are faster), and at fewer for small layers
+"""Fully connected layer: out = x @ w.T + b over a fixed grid of tiles (one tile per prange
+iteration), each tile's product on the project's own register-blocked kernels (microkernel.py: dot
+blocks for the forward, FMA blocks for the gradients; OpenBLAS only for blocks narrower than 16
+columns). Every product spans its whole inner dimension in order, so no gradient needs a
+cross-thread reduction; the grid depends on the shapes only, so neither do the results on the
+thread count, nor on the BLAS the process has (OpenBLAS's kernels for AVX2 machines pack the
+weights on every call: a batch-1 forward of mnistcnn's 1600 -> 128 layer took 43 us on them, 5 us
+here). The grids were sized for OpenBLAS, whose per-tile packing made finer grids cost time on
+few cores: they stop at 32 tiles up to batch 128 (64 at 256), and at fewer for small layers
 (docs/performance.md)."""
 import numpy as np
 from numba import prange
 
 from ..._config import kernel
 from .blas import sgemm
+from .microkernel import dot_rows, gemm_nn, gemm_tn
 
 
 @kernel(parallel=False)
@@ -57,6 +61,8 @@ def backward_grid(N, F_in, F_out, need_dx):
     features and rows in one tile (16 x 1: each tile then makes its block of dw and, when
     need_dx, of dx), then fewer input-feature blocks."""
     ib = tile(F_in, 16, 64)
+    if F_in >= 32:  # whole 32-wide FMA blocks (a block of 100 columns ran 7 of 16 instead)
+        ib = -(-ib // 32) * 32
     rb = min(MAX_TILE_ROWS, tile(N, 2, 32))
     ob = tile(F_out, -(-N // rb), 32)  # as many dw blocks as dx row blocks: balanced tiles
     if min(ob * N, rb * F_out) * ib < MIN_TILE_WORK:
@@ -108,8 +114,7 @@ def _forward_tile(out, xf, wf, of, b, t, n_f, rb, fb):
     r1 = min(N, r0 + rb)
     j0 = (t % n_f) * fb
     j1 = min(F_out, j0 + fb)
-    sgemm(False, True, r1 - r0, j1 - j0, F_in, np.float32(1.0), xf, r0 * F_in, F_in, wf,
-          j0 * F_in, F_in, np.float32(0.0), of, r0 * F_out + j0, F_out)
+    dot_rows(of, r0 * F_out + j0, F_out, xf, r0 * F_in, F_in, r1 - r0, wf, j0 * F_in, F_in, j1 - j0, F_in)
     bs = b[j0:j1]
     for n in range(r0, r1):
         row = out[n, j0:j1]
@@ -144,14 +149,21 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
             # dw[o0:o1, i0:i1] = dout[:, o0:o1].T (o1 - o0, N) @ x[:, i0:i1] (N, i1 - i0)
             o0 = j * ob
             o1 = min(F_out, o0 + ob)
-            sgemm(True, False, o1 - o0, i1 - i0, N, np.float32(1.0), gf, o0, F_out, xf, i0, F_in,
-                  np.float32(0.0), dwf, o0 * F_in + i0, F_in)
+            if i1 - i0 >= 16:
+                gemm_tn(dwf, o0 * F_in + i0, F_in, gf, o0, F_out, xf, i0, F_in, o1 - o0, i1 - i0, N, True)
+            else:
+                sgemm(True, False, o1 - o0, i1 - i0, N, np.float32(1.0), gf, o0, F_out, xf, i0, F_in,
+                      np.float32(0.0), dwf, o0 * F_in + i0, F_in)
         if j < n_r:
             # dx[r0:r1, i0:i1] = dout[r0:r1] (r1 - r0, F_out) @ w[:, i0:i1] (F_out, i1 - i0)
             r0 = j * rb
             r1 = min(N, r0 + rb)
-            sgemm(False, False, r1 - r0, i1 - i0, F_out, np.float32(1.0), gf, r0 * F_out, F_out,
-                  wf, i0, F_in, np.float32(0.0), dxf, r0 * F_in + i0, F_in)
+            if i1 - i0 >= 16:
+                gemm_nn(dxf, r0 * F_in + i0, F_in, gf, r0 * F_out, F_out, wf, i0, F_in, r1 - r0, i1 - i0,
+                        F_out)
+            else:
+                sgemm(False, False, r1 - r0, i1 - i0, F_out, np.float32(1.0), gf, r0 * F_out, F_out,
+                      wf, i0, F_in, np.float32(0.0), dxf, r0 * F_in + i0, F_in)
     for j in range(F_out):  # bias: examples in order
         s = np.float32(0.0)
         for n in range(N):

@@ -41,12 +41,28 @@ WIDE = _avx512()
 ROWS = 6
 
 
-def _block(R: int, V: int, strided: bool = False):
+def _by_height(builder, rows, R, emit):
+    """A switch on ``rows`` (int64) with one case per height 1 .. R, each the code ``emit(h)`` adds
+    at the builder's position; any other value does nothing."""
+    end = builder.append_basic_block("rows_end")
+    switch = builder.switch(rows, end)
+    for h in range(1, R + 1):
+        case = builder.append_basic_block(f"rows_{h}")
+        switch.add_case(ir.Constant(ir.IntType(64), h), case)
+        builder.position_at_end(case)
+        emit(h)
+        builder.branch(end)
+    builder.position_at_end(end)
+
+
+def _block(R: int, V: int, strided: bool = False, transposed: bool = False):
     """The intrinsic for an R x 16V block: (yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first) ->
-    None; ``first`` true: the block is written (the sums alone), false: added to what yf holds.
-    ``strided``: the rows of x lie xs floats apart instead (row r of x at x0 + r * xs), and the
-    block has ``rows`` rows, any of 1 .. R, chosen at run time (a switch over the compiled
-    heights): (yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T, first)."""
+    None; ``first`` true: the block is written (the sums alone), false: the sums start from what
+    yf holds. ``strided``: the rows of x lie xs floats apart instead (row r of x at x0 + r * xs),
+    and the block has ``rows`` rows, any of 1 .. R, chosen at run time (a switch over the compiled
+    heights): (yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T, first). ``transposed`` (with
+    ``strided``): x is stored transposed, its element (r, t) at x0 + r + t * xs (a product
+    x.T @ w, such as a weight gradient's)."""
 
     @intrinsic
     def fma_block(typingctx, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
@@ -93,7 +109,9 @@ def _block(R: int, V: int, strided: bool = False):
                         builder.store(builder.select(first_, zero, old), slot)
                         row.append(slot)
                     accs.append(row)
-                if strided:
+                if transposed:
+                    xrows = [builder.gep(xp, [ir.Constant(i64, r)]) for r in range(R)]
+                elif strided:
                     xrows = [builder.gep(xp, [builder.mul(ir.Constant(i64, r), i(5))]) for r in range(R)]
                 else:
                     op = builder.gep(at(xo, 5), [i(6)])
@@ -103,8 +121,9 @@ def _block(R: int, V: int, strided: bool = False):
                     t = loop.index
                     wrow = builder.gep(wp, [builder.mul(t, wstride)])
                     ws_ = [builder.load(vptr(wrow, ir.Constant(i64, LANES * v)), align=4) for v in range(V)]
+                    xt = builder.mul(t, i(5)) if transposed else t
                     for r in range(R):
-                        s = builder.load(builder.gep(xrows[r], [t]))
+                        s = builder.load(builder.gep(xrows[r], [xt]))
                         s = builder.insert_element(ir.Constant(vec, None), s, ir.Constant(ir.IntType(32), 0))
                         s = builder.shuffle_vector(s, s, splat_mask)
                         for v in range(V):
@@ -115,15 +134,7 @@ def _block(R: int, V: int, strided: bool = False):
                         builder.store(builder.load(accs[r][v]), yat(r, v), align=4)
 
             if strided:  # one case per height
-                end = builder.append_basic_block("fma_end")
-                switch = builder.switch(i(6), end)
-                for h in range(1, R + 1):
-                    case = builder.append_basic_block(f"fma_rows_{h}")
-                    switch.add_case(ir.Constant(i64, h), case)
-                    builder.position_at_end(case)
-                    emit(h)
-                    builder.branch(end)
-                builder.position_at_end(end)
+                _by_height(builder, i(6), R, emit)
             else:
                 emit(R)
             return context.get_dummy_value()
@@ -132,20 +143,22 @@ def _block(R: int, V: int, strided: bool = False):
 
 
 if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with bounds checks
-    def _block(R: int, V: int, strided: bool = False):  # type: ignore[no-redef]
+    def _block(R: int, V: int, strided: bool = False, transposed: bool = False):  # type: ignore[no-redef]
         def fma_block(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
             y0, ys, x0, w0, ws, T = (int(a) for a in (y0, ys, x0, w0, ws, T))
             n = LANES * V
             for r in range(R):
                 if strided and r >= int(k0):
                     break
-                xr = x0 + (r * int(xo) if strided else int(xo[int(k0) + r]))
-                if T > 0 and not (0 <= xr and xr + T <= xf.shape[0] and w0 + (T - 1) * ws + n <= wf.shape[0]
+                step = int(xo) if transposed else 1
+                xr = x0 + (r if transposed else r * int(xo) if strided else int(xo[int(k0) + r]))
+                if T > 0 and not (0 <= xr and xr + (T - 1) * step < xf.shape[0]
+                                  and w0 + (T - 1) * ws + n <= wf.shape[0]
                                   and y0 + r * ys + n <= yf.shape[0]):
                     raise IndexError("an FMA block outside its arrays")
                 acc = np.zeros(n, np.float32) if first else yf[y0 + r * ys:y0 + r * ys + n].copy()
                 for t in range(T):
-                    acc = (np.float64(xf[xr + t]) * wf[w0 + t * ws:w0 + t * ws + n]
+                    acc = (np.float64(xf[xr + t * step]) * wf[w0 + t * ws:w0 + t * ws + n]
                            + acc).astype(np.float32)  # one rounding per step, as an FMA
                 yf[y0 + r * ys:y0 + r * ys + n] = acc
         return fma_block
@@ -155,6 +168,9 @@ _BIG_1, _ONE_1 = _block(2 * ROWS if WIDE else ROWS, 1), _block(1, 1)  # 12 (6) x
 _BIG_2, _ONE_2 = _block(ROWS, 2), _block(1, 2)  # 6 x 32 and 1 x 32 (AVX-512 only)
 # Rows of x a stride apart (gemm_blocks), blocks of any height up to the big ones'
 _STRIDED_1, _STRIDED_2 = _block(2 * ROWS if WIDE else ROWS, 1, True), _block(ROWS, 2, True)
+# x stored transposed (gemm_tn)
+_TRANSPOSED_1 = _block(2 * ROWS if WIDE else ROWS, 1, True, True)
+_TRANSPOSED_2 = _block(ROWS, 2, True, True)
 
 
 @kernel(parallel=False, inline=True)
@@ -201,6 +217,43 @@ def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T):
         _STRIDED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, True)
 
 
+@kernel(parallel=False, inline=True)
+def _transposed_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
+    """An R x 16V block of x.T @ w (x's element (r, t) at x0 + r + t * xs)."""
+    if V == 2:
+        _TRANSPOSED_2(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, first)
+    else:
+        _TRANSPOSED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, first)
+
+
+# Steps of the reduction per pass of gemm_tn: a 32-column panel of w and the rows of x it meets stay
+# in L1 (a dense layer's weight gradient at batch 256 read both from L2 on every block: 1.35x slower)
+TN_CHUNK = 96
+
+
+@kernel(parallel=False)
+def gemm_tn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
+    """yf[y0:] (M, N; rows ys apart) (+)= xf[x0:].T @ wf[w0:]: x (K, M) rows xs apart, w (K, N)
+    rows ws apart (a weight gradient: the outputs' gradients by the inputs, summed over the
+    examples or tiles). ``first``: overwrite, else the sums start from y's values. N >= 16;
+    blocks as gemm_blocks' (16V columns, R rows, the last block of columns overlapping the one
+    before: so when not ``first``, N must be a multiple of 16). Each sum runs over k in order
+    with fused multiply-adds: the same bits for a row in any block."""
+    V = 2 if N % 32 == 0 and WIDE else 1
+    R = ROWS if V == 2 or not WIDE else 2 * ROWS
+    width = 16 * V
+    for c in range(0, N, width):
+        c0 = min(c, N - width)
+        for k0 in range(0, K, TN_CHUNK):  # the sums go on in y from one chunk to the next: same bits
+            kc = min(TN_CHUNK, K - k0)  # (an overlapping last block starts afresh when ``first``)
+            p = 0
+            while p < M:
+                h = min(R, M - p)
+                _transposed_rows(h, V, yf, y0 + p * ys + c0, ys, xf, x0 + k0 * xs + p, xs, wf,
+                                 w0 + k0 * ws + c0, ws, kc, first and k0 == 0)
+                p += h
+
+
 @kernel(parallel=False)
 def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
     """yf[y0:] (M, N) = xf[x0:] (M, K) @ wf[w0:] (K, N), row-major, N >= 16 (rows of N, K and N
@@ -212,6 +265,13 @@ def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
     whatever the BLAS, so a row's bits do not depend on its block. For the small GEMMs of
     Winograd's transformed tiles, which OpenBLAS runs well only where it has small-matrix kernels
     (its Haswell kernels pack both operands on every call: 2-5x slower)."""
+    gemm_nn(yf, y0, N, xf, x0, K, wf, w0, N, M, N, K)
+
+
+@kernel(parallel=False)
+def gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K):
+    """gemm_blocks with any row pitches: yf[y0:] (M, N; rows ys apart) = xf[x0:] (M, K; rows xs
+    apart) @ wf[w0:] (K, N; rows ws apart), N >= 16."""
     V = 2 if N % 32 == 0 and WIDE else 1
     R = ROWS if V == 2 or not WIDE else 2 * ROWS
     width = 16 * V
@@ -219,7 +279,150 @@ def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
         c0 = min(c, N - width)
         p = 0
         while p + R <= M:
-            _strided_rows(R, V, yf, y0 + p * N + c0, N, xf, x0 + p * K, K, wf, w0 + c0, N, K)
+            _strided_rows(R, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K)
             p += R
         if p < M:  # the rows left over: one block of their own height
-            _strided_rows(M - p, V, yf, y0 + p * N + c0, N, xf, x0 + p * K, K, wf, w0 + c0, N, K)
+            _strided_rows(M - p, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K)
+
+
+# --- dot blocks: products whose operands both run along the reduction (x @ w.T) ---------------------
+#
+#     yf[y0 + r * ys + c] = sum over t < T of xf[x0 + r * xs + t] * wf[w0 + c * ws + t]
+#     for r < rows (1 .. R, chosen at run time), c < C
+#
+# The dense layers' forward (w is (F_out, F_in): each output is the dot product of a row of x and a
+# row of w). Each (r, c) sums in a vector of 16 lanes, lane l over t = l, l + 16, ... (fused
+# multiply-adds, t in order), the lanes then added as a fixed tree (8 + 8, 4 + 4, 2 + 2, 1 + 1), and
+# the last T % 16 terms after, one fused multiply-add each in t order: the same bits in any block,
+# on any thread count, whatever BLAS the process has (OpenBLAS's kernels for AVX2 machines pack w on
+# every call: a batch-1 dense layer of mnistcnn 43 us instead of 4). R x C vector accumulators, R + C
+# vector loads per step of 16.
+DOT_ROWS = 4
+
+
+def _dot_block(R: int, C: int):
+    """The intrinsic for blocks of 1 .. R rows x C columns: (yf, y0, ys, xf, x0, xs, rows, wf, w0,
+    ws, T) -> None."""
+
+    @intrinsic
+    def dot_block(typingctx, yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T):
+        _contiguous(yf, xf, wf)
+        sig = types.void(yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T)
+
+        def codegen(context, builder, signature, args):
+            i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+            vec = ir.VectorType(f32, LANES)
+            tys = signature.args
+
+            def i(k):  # argument k as an int64
+                return context.cast(builder, args[k], tys[k], types.int64)
+
+            def at(k):  # the data pointer of the array argument k
+                return context.make_array(tys[k])(context, builder, args[k]).data
+
+            def const(v):
+                return ir.Constant(i64, v)
+
+            yp = builder.gep(at(0), [i(1)])
+            xp = builder.gep(at(3), [i(4)])
+            wp = builder.gep(at(7), [i(8)])
+            ystride, xstride, wstride, count = i(2), i(5), i(9), i(10)
+            chunks = builder.sdiv(count, const(LANES))
+            start = builder.mul(chunks, const(LANES))
+            module = builder.module
+            fma = cgutils.get_or_insert_function(module, ir.FunctionType(vec, [vec, vec, vec]),
+                                                 "llvm.fma.v16f32")
+            fma1 = cgutils.get_or_insert_function(module, ir.FunctionType(f32, [f32, f32, f32]),
+                                                  "llvm.fma.f32")
+            wrows = [builder.gep(wp, [builder.mul(const(c), wstride)]) for c in range(C)]
+
+            def half(v, n):  # lanes [0, n) + lanes [n, 2n) of v
+                lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, n), list(range(n))))
+                hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, n), list(range(n, 2 * n))))
+                return builder.fadd(lo, hi)
+
+            def emit(h):  # the block of h rows, at the builder's position
+                xrows = [builder.gep(xp, [builder.mul(const(r), xstride)]) for r in range(h)]
+                accs = [[cgutils.alloca_once_value(builder, ir.Constant(vec, [0.0] * LANES))
+                         for _ in range(C)] for _ in range(h)]
+                with cgutils.for_range(builder, chunks) as loop:
+                    off = builder.mul(loop.index, const(LANES))
+                    wv = [builder.load(builder.bitcast(builder.gep(w, [off]), vec.as_pointer()), align=4)
+                          for w in wrows]
+                    for r in range(h):
+                        xv = builder.load(builder.bitcast(builder.gep(xrows[r], [off]), vec.as_pointer()),
+                                          align=4)
+                        for c in range(C):
+                            acc = accs[r][c]
+                            builder.store(builder.call(fma, [xv, wv[c], builder.load(acc)]), acc)
+                sums = []
+                for r in range(h):
+                    for c in range(C):
+                        v = builder.load(accs[r][c])
+                        for n in (8, 4, 2):
+                            v = half(v, n)
+                        s = builder.fadd(builder.extract_element(v, ir.Constant(i32, 0)),
+                                         builder.extract_element(v, ir.Constant(i32, 1)))
+                        sums.append(cgutils.alloca_once_value(builder, s))
+                with cgutils.for_range_slice(builder, start, count, const(1)) as (t, _):
+                    for r in range(h):
+                        xs_ = builder.load(builder.gep(xrows[r], [t]))
+                        for c in range(C):
+                            slot = sums[r * C + c]
+                            builder.store(builder.call(fma1, [xs_, builder.load(builder.gep(wrows[c], [t])),
+                                                              builder.load(slot)]), slot)
+                for r in range(h):
+                    for c in range(C):
+                        where = builder.gep(yp, [builder.add(builder.mul(const(r), ystride), const(c))])
+                        builder.store(builder.load(sums[r * C + c]), where)
+
+            _by_height(builder, i(6), R, emit)
+            return context.get_dummy_value()
+        return sig, codegen
+    return dot_block
+
+
+if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with bounds checks
+    def _dot_block(R: int, C: int):  # type: ignore[no-redef]
+        def dot_block(yf, y0, ys, xf, x0, xs, rows, wf, w0, ws, T):
+            y0, ys, x0, xs, rows, w0, ws, T = (int(a) for a in (y0, ys, x0, xs, rows, w0, ws, T))
+            head = T // LANES * LANES
+            for r in range(rows):
+                xr = xf[x0 + r * xs:x0 + r * xs + T]
+                for c in range(C):
+                    wc = wf[w0 + c * ws:w0 + c * ws + T]
+                    if len(xr) < T or len(wc) < T or y0 + r * ys + c >= yf.shape[0]:
+                        raise IndexError("a dot block outside its arrays")
+                    acc = np.zeros(LANES, np.float32)
+                    for t in range(0, head, LANES):
+                        acc = (np.float64(1) * xr[t:t + LANES] * wc[t:t + LANES] + acc).astype(np.float32)
+                    for n in (8, 4, 2, 1):
+                        acc = acc[:n] + acc[n:2 * n]
+                    s = acc[0]
+                    for t in range(head, T):
+                        s = np.float32(np.float64(xr[t]) * wc[t] + s)
+                    yf[y0 + r * ys + c] = s
+        return dot_block
+
+
+_DOT_8, _DOT_4, _DOT_1 = _dot_block(2, 8), _dot_block(DOT_ROWS, 4), _dot_block(DOT_ROWS, 1)
+
+
+@kernel(parallel=False)
+def dot_rows(yf, y0, ys, xf, x0, xs, M, wf, w0, ws, N, T):
+    """yf[y0 + r * ys + c] = dot(xf[x0 + r * xs:][:T], wf[w0 + c * ws:][:T]) for r < M, c < N: the
+    product of M rows of x and N rows of w (x @ w.T), in the dot blocks above (2 x 8 for one or two
+    rows, else 4 x 4; the last block of columns overlapping the one before, computed again to the
+    same bits; fewer than 4 columns one at a time). Columns outer, rows inner: a block's rows of w
+    stay in L1 while the rows of x pass."""
+    C = 8 if M <= 2 and N >= 8 else (4 if N >= 4 else 1)
+    for c in range(0, N, C):
+        c0 = min(c, N - C)
+        for r in range(0, M, DOT_ROWS):
+            h = min(DOT_ROWS, M - r)
+            if C == 8:
+                _DOT_8(yf, y0 + r * ys + c0, ys, xf, x0 + r * xs, xs, h, wf, w0 + c0 * ws, ws, T)
+            elif C == 4:
+                _DOT_4(yf, y0 + r * ys + c0, ys, xf, x0 + r * xs, xs, h, wf, w0 + c0 * ws, ws, T)
+            else:
+                _DOT_1(yf, y0 + r * ys + c0, ys, xf, x0 + r * xs, xs, h, wf, w0 + c0 * ws, ws, T)
