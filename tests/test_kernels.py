@@ -1147,6 +1147,31 @@ def test_gemm_tn_and_gemm_nn_against_float64_with_pitches(rng, first):
             np.testing.assert_array_equal(got[:1, :N], rows["nn"])
 
 
+@pytest.mark.parametrize("first", [True, False])
+def test_gemm_nn_add_against_float64_on_ragged_widths(rng, first):
+    """microkernel.gemm_nn_add (the "positions" weight gradient, summed over runs of positions):
+    y (+)= x @ w with pitches, for widths of whole 32- and 16-column blocks, a ragged rest that
+    OpenBLAS adds (no overlapping block, which would add twice), and widths below 16 (OpenBLAS
+    alone), against float64 (stated tolerance); nothing outside the product is written."""
+    from numbacnn.kernels.cpu.microkernel import gemm_nn_add
+
+    for M, N, T in ((16, 150, 37), (6, 25, 9), (13, 64, 20), (5, 48, 3), (3, 8, 11), (16, 144, 100)):
+        xs, ws, ys = T + 3, N + 2, N + 5
+        x = f32(rng.standard_normal(4 + M * xs))
+        w = f32(rng.standard_normal(6 + T * ws))
+        start = f32(rng.standard_normal(2 + M * ys))
+        y = start.copy()
+        gemm_nn_add(y, 2, ys, x, 4, xs, w, 6, ws, M, N, T, first)
+        X = np.lib.stride_tricks.as_strided(x[4:], (M, T), (4 * xs, 4)).astype(np.float64)
+        W = np.lib.stride_tricks.as_strided(w[6:], (T, N), (4 * ws, 4)).astype(np.float64)
+        got = y[2:].reshape(M, ys)
+        before = start[2:].reshape(M, ys)
+        want = X @ W + (0 if first else before[:, :N])
+        np.testing.assert_allclose(got[:, :N], want, rtol=1e-5, atol=1e-4, err_msg=f"{M} x {N} x {T}")
+        np.testing.assert_array_equal(got[:, N:], before[:, N:])
+        np.testing.assert_array_equal(y[:2], start[:2])
+
+
 @pytest.mark.parametrize("n", [7, 100_000])  # one block, and blocks in parallel
 def test_add_relu_is_relu_of_the_sum_and_keeps_nan(rng, n):
     """add with relu (a residual block's add with the ReLU after it) against NumPy: the same bits as

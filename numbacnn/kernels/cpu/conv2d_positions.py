@@ -15,7 +15,9 @@ ran 10-20 % faster in OpenBLAS than the channel-major ones (measured with 32 -> 
 11 x 11 output).
 
 As in conv2d_wide.py nothing is cached between forward and backward: the backward rebuilds the
-columns per group of examples. GEMMs go through ``blas.sgemm``, single-threaded inside prange.
+columns per group of examples. The weight gradient's GEMMs run on the FMA blocks
+(``microkernel.gemm_nn_add``: 2-3x OpenBLAS's speed where it has no small-matrix kernels, as fast
+where it has); the column paths' other GEMMs go through ``blas.sgemm``, single-threaded inside prange.
 """
 import numba
 import numpy as np
@@ -35,7 +37,7 @@ from ._util import (
     unchanged,
 )
 from .blas import sgemm
-from .microkernel import direct_positions
+from .microkernel import direct_positions, gemm_nn_add
 
 
 @kernel(parallel=False)
@@ -466,8 +468,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
             # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk), KB positions at a time
             for k0 in range(0, G * L, KB):
                 kn = min(KB, G * L - k0)
-                sgemm(False, False, Co, ckk, kn, np.float32(1.0), gf, k0, PG, cf, k0 * ckk, ckk,
-                      np.float32(1.0) if g0 > 0 or k0 > 0 else zero, dwf, 0, ckk)
+                gemm_nn_add(dwf, 0, ckk, gf, k0, PG, cf, k0 * ckk, ckk, Co, ckk, kn, g0 == 0 and k0 == 0)
             if need_dx and xo.shape[0] > 0:
                 QH, QW = KH - 1 - PH, KW - 1 - PW
                 gpf = gp[t]

@@ -23,6 +23,7 @@ from numba.extending import intrinsic
 
 from ..._config import kernel
 from ._util import _contiguous
+from .blas import sgemm
 
 LANES = 16
 
@@ -208,13 +209,13 @@ def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
 
 
 @kernel(parallel=False, inline=True)
-def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T):
+def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
     """An R x 16V block (R up to 12 x 16 or 6 x 32; 6 x 16 without AVX-512) with the rows of x xs
-    floats apart, written (not added to)."""
+    floats apart, written when ``first``, else added to."""
     if V == 2:
-        _STRIDED_2(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, True)
+        _STRIDED_2(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, first)
     else:
-        _STRIDED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, True)
+        _STRIDED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, first)
 
 
 @kernel(parallel=False, inline=True)
@@ -272,6 +273,27 @@ def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
 def gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K):
     """gemm_blocks with any row pitches: yf[y0:] (M, N; rows ys apart) = xf[x0:] (M, K; rows xs
     apart) @ wf[w0:] (K, N; rows ws apart), N >= 16."""
+    _gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, True)
+
+
+@kernel(parallel=False)
+def gemm_nn_add(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
+    """gemm_nn, added to y's values unless ``first`` (a weight gradient summed over runs of
+    positions), without overlapping blocks (they would add twice): the columns in whole blocks of
+    32 (6 x 32 with AVX-512), then one of 16, on the FMA blocks; the last N % 16 by OpenBLAS."""
+    w32 = N // 32 * 32
+    w16 = N // 16 * 16
+    if w32 > 0:
+        _gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, w32, K, first)
+    if w16 > w32:
+        _gemm_nn(yf, y0 + w32, ys, xf, x0, xs, wf, w0 + w32, ws, M, 16, K, first)
+    if w16 < N:
+        sgemm(False, False, M, N - w16, K, np.float32(1.0), xf, x0, xs, wf, w0 + w16, ws,
+              np.float32(0.0) if first else np.float32(1.0), yf, y0 + w16, ys)
+
+
+@kernel(parallel=False, inline=True)
+def _gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
     V = 2 if N % 32 == 0 and WIDE else 1
     R = ROWS if V == 2 or not WIDE else 2 * ROWS
     width = 16 * V
@@ -279,10 +301,11 @@ def gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K):
         c0 = min(c, N - width)
         p = 0
         while p + R <= M:
-            _strided_rows(R, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K)
+            _strided_rows(R, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K, first)
             p += R
         if p < M:  # the rows left over: one block of their own height
-            _strided_rows(M - p, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K)
+            _strided_rows(M - p, V, yf, y0 + p * ys + c0, ys, xf, x0 + p * xs, xs, wf, w0 + c0, ws, K,
+                          first)
 
 
 # --- dot blocks: products whose operands both run along the reduction (x @ w.T) ---------------------
