@@ -216,11 +216,6 @@ class InferenceProgram:
         self.team: Any = None
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        team = self.team
-        if (team and x.dtype is _FLOAT32 and x.shape == self.x.shape and self._reads is not None
-                and x.flags.c_contiguous and x.flags.writeable and not _team.forked()):
-            team[0](team[1].rows, 0, x, team[2])  # read in place; 0: numba's thread count
-            return self.out  # type: ignore[return-value]
         if self.out is None:
             np.copyto(self.x, x)
             with capture() as calls:
@@ -230,13 +225,15 @@ class InferenceProgram:
             self.out = out
             self._reads = None if np.may_share_memory(out, self.x) else self._input_reads()
             return out
-        self._runs += 1
-        if self.team is None and self._runs >= TEAM_AFTER:
-            self.team = self._make_team()
-        direct = (self._reads is not None and x.dtype == np.float32 and x.shape == self.x.shape
+        team = self.team
+        if team is None:
+            self._runs += 1
+            if self._runs >= TEAM_AFTER:
+                team = self.team = self._make_team()
+        direct = (self._reads is not None and x.dtype is _FLOAT32 and x.shape == self.x.shape
                   and x.flags.c_contiguous and x.flags.writeable)
-        if self.team and not _team.forked():  # (a fork's child replays: OpenMP's threads are gone)
-            entry, schedule, patches = self.team
+        if team and not _team.forked():  # (a fork's child replays: OpenMP's threads are gone)
+            entry, schedule, patches = team
             if not direct:
                 np.copyto(self.x, x)
             entry(schedule.rows, 0, x if direct else self.x, patches)  # 0: numba's thread count
