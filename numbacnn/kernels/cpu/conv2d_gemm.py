@@ -4,6 +4,7 @@ filter (any stride) conv2d_positions.py (see CpuBackend.conv_plan).
 
 Weight gradients are accumulated per chunk of examples and reduced in chunk order (no races).
 """
+import numba
 import numpy as np
 from numba import prange
 
@@ -11,6 +12,7 @@ from ..._config import kernel
 from ._conv_epilogue import bias_relu
 from ._util import add_row_sums, conv_out, part_bounds, zero_parts
 from .blas import sgemm
+from .microkernel import gemm_blocks
 
 
 @kernel(parallel=False)
@@ -19,6 +21,14 @@ def _out_range(k, P, S, in_size, out_size):
     lo = max(0, -((k - P) // S))
     hi = min(out_size, (in_size - 1 + P - k) // S + 1)
     return lo, max(lo, hi)
+
+
+@kernel(parallel=False)
+def _strided_run(d, di, s, si, step, n):
+    """d[di + i] = s[si + i * step] for i < n (offsets unsigned: signed ones make numba check
+    every index for wraparound, 2-3x slower on resnet8's 1x1 stride-2 shortcuts)."""
+    for i in range(n):
+        d[di + i] = s[si + i * step]
 
 
 @kernel(parallel=False)
@@ -46,11 +56,11 @@ def im2col(cols, x, KH, KW, SH, SW, PH, PW):
                         for ox in range(OW):
                             cf[d + ox] = zero
                         continue
-                    src = (c * H + oy * SH + ky - PH) * W + kx - PW
                     for ox in range(x_lo):
                         cf[d + ox] = zero
-                    for ox in range(x_lo, x_hi):
-                        cf[d + ox] = xf[src + ox * SW]
+                    _strided_run(cf, numba.uint64(d + x_lo), xf,
+                                 numba.uint64((c * H + oy * SH + ky - PH) * W + kx - PW + x_lo * SW),
+                                 numba.uint64(SW), numba.uint64(x_hi - x_lo))
                     for ox in range(x_hi, OW):
                         cf[d + ox] = zero
 
@@ -74,10 +84,10 @@ def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
                 x_lo, x_hi = _out_range(kx, PW, SW, W, OW)
                 r = ((c * KH + ky) * KW + kx) * OH * OW
                 for oy in range(y_lo, y_hi):
-                    d = r + oy * OW
-                    dst = (c * H + oy * SH + ky - PH) * W + kx - PW
-                    for ox in range(x_lo, x_hi):
-                        xf[dst + ox * SW] += cf[d + ox]
+                    dst = numba.uint64((c * H + oy * SH + ky - PH) * W + kx - PW + x_lo * SW)
+                    src = numba.uint64(r + oy * OW + x_lo)
+                    for i in range(numba.uint64(x_hi - x_lo)):  # (x_hi >= x_lo)
+                        xf[dst + i * numba.uint64(SW)] += cf[src + i]
 
 
 @kernel()
@@ -105,8 +115,11 @@ def conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu):
     wf = w.reshape(Co * ckk)
     im2col(cols[n], x[n], KH, KW, SH, SW, PH, PW)
     o = out[n].reshape(Co, OHW)
-    sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
-          OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
+    if OHW >= 16:
+        gemm_blocks(o.reshape(Co * OHW), 0, wf, 0, cols[n].reshape(ckk * OHW), 0, Co, OHW, ckk)
+    else:
+        sgemm(False, False, Co, OHW, ckk, np.float32(1.0), wf, 0, ckk, cols[n].reshape(ckk * OHW), 0,
+              OHW, np.float32(0.0), o.reshape(Co * OHW), 0, OHW)
     for co in range(Co):
         bias_relu(o[co], b[co], relu)
 
