@@ -634,6 +634,31 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     np.testing.assert_array_equal(net.forward(x), y)
 
 
+@pytest.mark.parametrize("Ci,Co,H,W,P", [(16, 16, 9, 10, 1), (12, 48, 7, 8, 0), (16, 32, 3, 4, 1)])
+def test_unpooled_conv_relu_on_fma_blocks_matches_oracle(rng, Ci, Co, H, W, P):
+    """Conv2D + ReLU (no pool) on "positions" with whole vectors of output channels: the FMA
+    blocks' epilogue adds each block of 16 channels its biases and applies the ReLU inside the
+    register transposes (and, with fewer than 16 positions an example, the scalar epilogue);
+    values, the gradients through the ReLU, and inference against the float64 oracle."""
+    net = nc.Sequential([nc.Conv2D(Ci, Co, 3, padding=P), nc.ReLU()], seed=2)
+    conv = net.layers[0]
+    assert conv.strategy == "positions" and conv.fused_relu and conv.plan.direct_forward
+    conv.bias[...] = f32(rng.standard_normal(Co))  # biases of both signs, different per channel
+    x = f32(rng.standard_normal((3, Ci, H, W)))
+    y = net.forward(x, training=True)
+    w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
+    h = ref.conv2d_forward(x, w, b, 1, P)
+    assert (h < 0).any() and (h > 0).any()
+    np.testing.assert_allclose(y, np.maximum(h, 0), rtol=1e-5, atol=1e-5)
+    dy = f32(rng.standard_normal(y.shape))
+    dx = net.backward(dy)
+    rdx, rdw, rdb = ref.conv2d_backward(dy * (h > 0), x, w, 1, P)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(conv.dbias, rdb, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(net.forward(x), y)
+
+
 @pytest.mark.parametrize("Ci,K,P,pool,stride", [(1, 3, 0, 2, 1), (2, 3, 1, 3, 1), (12, 3, 0, 2, 1),
                                                   (12, 3, 1, (2, 3), 1), (2, 3, 1, 2, 2)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
@@ -1047,6 +1072,32 @@ def test_fma_blocks_and_16x16_transposes(rng):
             want[at:at + 16] = src[3 + j:3 + j + 16 * 37:37]
         transpose(d, de, do, ds, src, 3, 37)
         np.testing.assert_array_equal(d, want)
+
+
+def test_biased_16x16_transpose_adds_the_bias_and_relu_like_numpy(rng):
+    """transpose16_bias (the positions epilogue's): each value read gets its column's bias (a
+    float32 add, as NumPy's) and, with relu, 0 below 0, NaN kept, before going where transpose16
+    puts it; nothing else in d changes."""
+    import numba
+
+    from numbacnn.kernels.cpu._util import transpose16_bias
+
+    run = numba.njit(lambda d, de, do, ds, s, si, ss, b, bi, relu:
+                     transpose16_bias(d, de, do, ds, s, si, ss, b, bi, relu))
+    src = f32(rng.standard_normal(700))
+    src[3 + 2 * 37 + 5] = np.nan
+    b = f32(rng.standard_normal(40))
+    for relu in (False, True):
+        for de, do, ds in ((5, 46, 82), (400, 5, 20)):
+            d = f32(rng.standard_normal(800))
+            want = d.copy()
+            for j in range(16):
+                at = (do if j % 2 else de) + j // 2 * ds
+                col = src[3 + j:3 + j + 16 * 37:37] + b[7 + j]
+                want[at:at + 16] = np.where(col < 0, np.float32(0), col) if relu else col
+            run(d, de, do, ds, src, 3, 37, b, 7, relu)
+            np.testing.assert_array_equal(d, want)
+            assert np.isnan(d).sum() == 1
 
 
 def test_gemm_blocks_against_float64_and_on_every_row_count(rng):

@@ -279,17 +279,9 @@ def gather16(typingctx, d, di, s, si, stride):
 
 
 
-@intrinsic
-def transpose16(typingctx, d, de, do, ds, s, si, ss):
-    """A 16 x 16 block transposed in registers (16 vector loads, four rounds of 16 two-vector
-    shuffles, 16 vector stores): row j of the result (s[si + j], s[si + ss + j], ...,
-    s[si + 15 * ss + j]) goes to d[de + (j // 2) * ds:] for even j, d[do + (j // 2) * ds:] for odd
-    j, so that rows can be split by parity (Winograd's planes) or, with do = de + ds / 2, follow
-    each other ds / 2 apart. For channel-last copies of (C, H, W) planes and back: gathers read 16
-    rows a plane apart per vector, and planes of 1 or 4 KB put all 16 in one cache set (16 x 32 x
-    32: 8.5 -> 2 us). No bounds checks: the caller keeps both blocks inside their arrays."""
-    _contiguous(d, s)
-    sig = types.void(d, de, do, ds, s, si, ss)
+def _transposer(biased: bool):
+    """The 16 x 16 register transpose (``transpose16``), and with ``biased`` its variant that adds
+    a bias vector to each row read (and applies ReLU) before the shuffles."""
 
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
@@ -306,6 +298,14 @@ def transpose16(typingctx, d, de, do, ds, s, si, ss):
             return builder.bitcast(builder.gep(base, [builder.mul(ir.Constant(i64, r), stride)]),
                                    vec.as_pointer())
         rows = [builder.load(row(sp, sstride, r), align=4) for r in range(16)]
+        if biased:  # rows[r] + bias, then 0 where that is below 0 (NaN stays NaN), as a scalar loop would
+            bp = builder.gep(context.make_array(tys[7])(context, builder, args[7]).data, [i(8)])
+            bias = builder.load(builder.bitcast(bp, vec.as_pointer()), align=4)
+            relu = context.cast(builder, args[9], tys[9], types.boolean)
+            zero = ir.Constant(vec, [0.0] * 16)
+            for r in range(16):
+                v = builder.fadd(rows[r], bias)
+                rows[r] = builder.select(relu, builder.select(builder.fcmp_ordered("<", v, zero), zero, v), v)
         b = 8
         while b:  # swap the off-diagonal b x b blocks of every 2b x 2b block
             lo = ir.Constant(ir.VectorType(i32, 16), [k if not k & b else 16 + (k ^ b) for k in range(16)])
@@ -318,7 +318,30 @@ def transpose16(typingctx, d, de, do, ds, s, si, ss):
         for r in range(16):
             builder.store(rows[r], row(bases[r & 1], dstride, r >> 1), align=4)
         return context.get_dummy_value()
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def transpose16(typingctx, d, de, do, ds, s, si, ss):
+    """A 16 x 16 block transposed in registers (16 vector loads, four rounds of 16 two-vector
+    shuffles, 16 vector stores): row j of the result (s[si + j], s[si + ss + j], ...,
+    s[si + 15 * ss + j]) goes to d[de + (j // 2) * ds:] for even j, d[do + (j // 2) * ds:] for odd
+    j, so that rows can be split by parity (Winograd's planes) or, with do = de + ds / 2, follow
+    each other ds / 2 apart. For channel-last copies of (C, H, W) planes and back: gathers read 16
+    rows a plane apart per vector, and planes of 1 or 4 KB put all 16 in one cache set (16 x 32 x
+    32: 8.5 -> 2 us). No bounds checks: the caller keeps both blocks inside their arrays."""
+    _contiguous(d, s)
+    return types.void(d, de, do, ds, s, si, ss), _transposer(False)
+
+
+@intrinsic
+def transpose16_bias(typingctx, d, de, do, ds, s, si, ss, b, bi, relu):
+    """transpose16 of the 16 x 16 block plus a bias: s[si + k * ss + j] + b[bi + j] (then 0 where
+    that is below 0, when ``relu``) goes where transpose16 puts s[si + k * ss + j]: a convolution's
+    epilogue (channel-last rows of 16 channels in, channel rows out) without a pass of its own over
+    the rows. The same float32 sums as adding one value at a time."""
+    _contiguous(d, s, b)
+    return types.void(d, de, do, ds, s, si, ss, b, bi, relu), _transposer(True)
 
 
 @kernel(parallel=False, inline=True)
@@ -353,6 +376,15 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: kernels run 
             if not (0 <= at and at + 16 <= d.shape[0]):
                 raise IndexError("a 16 x 16 transpose outside its arrays")
             d[at:at + 16] = block[:, j]
+
+    def transpose16_bias(d, de, do, ds, s, si, ss, b, bi, relu):  # type: ignore[misc]
+        si, ss, bi = int(si), int(ss), int(bi)
+        if not (0 <= si and si + 15 * ss + 16 <= s.shape[0] and 0 <= bi and bi + 16 <= b.shape[0]):
+            raise IndexError("a 16 x 16 transpose outside its arrays")
+        block = np.stack([s[si + k * ss:si + k * ss + 16] + b[bi:bi + 16] for k in range(16)])
+        if relu:
+            block = np.where(block < 0, np.float32(0.0), block)
+        transpose16(d, de, do, ds, block.reshape(256), 0, 16)
 
     def gather16(d, di, s, si, stride):  # type: ignore[misc]
         di, si, stride = int(di), int(si), int(stride)
