@@ -6,11 +6,11 @@
 ``python -m numbacnn summary --arch A --input C,H,W``: the network's layers, parameters and memory."""
 import sys
 
-from .cli import main, run_export, run_find_lr, run_predict, run_report, run_summary
+from .cli import COMMANDS, main
 
-COMMANDS = {"report": run_report, "export": run_export, "predict": run_predict, "find-lr": run_find_lr,
-            "summary": run_summary}
-
-if sys.argv[1:2] and sys.argv[1] in COMMANDS:
-    raise SystemExit(main(sys.argv[2:], command=COMMANDS[sys.argv[1]]))
-raise SystemExit(main())
+args = sys.argv[1:]
+if args[:1] == ["help"]:  # "help" alone: the training options and the commands; "help CMD": CMD's
+    args = [*args[1:2], "--help"]
+if args[:1] and args[0] in COMMANDS:
+    raise SystemExit(main(args[1:], command=COMMANDS[args[0]]))
+raise SystemExit(main(args))

@@ -124,7 +124,7 @@ _blas_done = False
 _blas_arch = ""  # the OpenBLAS core of the kernels' BLAS, as threadpoolctl names it ("" if unknown)
 
 # OpenBLAS cores whose sgemm has small-matrix kernels: products of at most 1e6 multiply-adds run
-# unpacked, near the FMA peak (docs/performance.md, issue 35). The convolution plans keep their GEMMs
+# unpacked, near the FMA peak (docs/performance.md). The convolution plans keep their GEMMs
 # under that size there, and leave them whole elsewhere (a packed GEMM with few rows is slow).
 _SMALL_GEMM_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 
@@ -165,14 +165,48 @@ def small_gemm_macs() -> int:
     return 900_000 if _blas_arch.lower() in _SMALL_GEMM_CORES else 0
 
 
+def cpus_available() -> int:
+    """The CPUs this process may run on (its affinity mask, as taskset and MPI launchers set it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _openmp_max_threads() -> int | None:
+    """omp_get_max_threads() of the OpenMP runtime numba's "omp" threading layer runs on: the
+    OMP_NUM_THREADS and CPU affinity of this process, lowered by threadpoolctl's
+    ``threadpool_limits`` (as scikit-learn's OpenMP estimators read it). None for other layers."""
+    try:
+        if numba.threading_layer() != "omp":
+            return None
+        import ctypes
+
+        return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def default_threads() -> int:
+    """The thread count of a run that asks for none: the CPUs this process may use, at most
+    OMP_NUM_THREADS (joblib's loky workers and Dask's worker processes set it to their share of the
+    cores) and the limit of an enclosing ``threadpoolctl.threadpool_limits``; at most
+    NUMBA_NUM_THREADS."""
+    n = min(max_threads(), cpus_available())
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        n = min(n, int(env))
+    omp = _openmp_max_threads()
+    if omp is not None and omp > 0:
+        n = min(n, omp)
+    return max(1, n)
+
+
 def set_num_threads(n: int | None) -> int:
-    """Set numba's thread count (None: all available); returns the count in force."""
-    max_threads = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    """Set numba's thread count for the calling thread (None: ``default_threads()``); returns the
+    count in force."""
     if n is None:
-        n = max_threads
+        n = default_threads()
     if not isinstance(n, (int,)) or isinstance(n, bool) or n < 1:
         raise ValueError(f"threads must be a positive integer, got {n!r}")
-    numba.set_num_threads(min(int(n), max_threads))
+    numba.set_num_threads(min(int(n), max_threads()))
     return numba.get_num_threads()
 
 
@@ -183,3 +217,34 @@ def max_threads() -> int:
 
 def get_num_threads() -> int:
     return numba.get_num_threads()
+
+
+# How long an idle OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT; its default is
+# 300,000, near a millisecond). A training step runs many short parallel regions; with the default,
+# each waiting thread spins through the gaps and takes the core from anything else that wants it:
+# lenet5 beside one busy process took 12.9x its time alone, two trainings at once 9.3x the time of one
+# after the other. Measured on a 2-core Xeon (docs/performance.md, "Sharing the CPU"): 3,000 spins keep
+# the idle machine's training and batch-1 inference within 2-4 % and bring those to 2.1x and 1.2x;
+# 1,000 costs batch-1 inference 18 %; OMP_WAIT_POLICY=passive (1.6x and 1.0x) costs training 10-14 %
+# and batch-1 inference 35-50 %, and is respected where the user sets it.
+SPIN_COUNT = "3000"
+
+
+def _start_threads() -> None:
+    """Start numba's thread pool now, with SPIN_COUNT as libgomp's spin unless the user chose a
+    wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set); libgomp reads it once, when it loads.
+    The environment is restored afterwards, so other OpenMP runtimes in the process (PyTorch's,
+    scikit-learn's) and child processes keep their own defaults. Then the calling thread gets
+    ``default_threads()``."""
+    ours = not any(k in os.environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
+    if ours:
+        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    try:
+        numba.get_num_threads()  # loads the threading layer (and libgomp with it)
+    finally:
+        if ours:
+            os.environ.pop("GOMP_SPINCOUNT", None)
+    set_num_threads(None)
+
+
+_start_threads()

@@ -11,6 +11,7 @@ import numpy as np
 
 from .kernels import cpu as K
 
+MAX_SHIFT = 4096  # pixels: a larger shift or crop term is refused when parsed
 _TERM = re.compile(r"^(shift|crop)(?::(\d+))?$|^flip$")
 
 
@@ -51,6 +52,8 @@ class Augment:
                 flip = True
             elif m.group(2) is None:
                 raise ValueError(f"augment: {m.group(1)} needs a pixel count, e.g. '{m.group(1)}:2'")
+            elif int(m.group(2)) > MAX_SHIFT:
+                raise ValueError(f"augment: {m.group(1)}:{m.group(2)} is more than {MAX_SHIFT} pixels")
             else:
                 shift = max(shift, int(m.group(2)))
         return cls(shift, flip)
@@ -63,6 +66,9 @@ class Augment:
         """A ValueError unless examples of per-example shape ``in_shape`` are images (C, H, W)."""
         if len(in_shape) != 3:
             raise ValueError(f"augment: needs images (N, C, H, W), got examples of shape {in_shape}")
+        if self.shift >= min(in_shape[1:]):
+            raise ValueError(f"augment: a shift of {self.shift} pixels moves a {in_shape[1]}x{in_shape[2]} "
+                             f"image out of view; use less than {min(in_shape[1:])}")
 
     def draw(self, seed: int, epoch: int, step: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(shifts (n, 2) int64, flips (n,) bool) of one step: a function of its arguments only."""

@@ -25,6 +25,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from ._text import install_hint
 from .program import TEAM_AFTER
 
 NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
@@ -514,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             import onnxruntime  # noqa: F401
             use_onnx = True
         except ImportError:
-            print("onnxruntime not importable (pip install numbacnn[onnx]): no ONNX inference peer")
+            print(f"onnxruntime not importable ({install_hint('onnx')}): no ONNX inference peer")
     nets = args.nets.split(",")
     batches = args.batches
     fma_peaks = {t: fma_peak(t) for t in threads}

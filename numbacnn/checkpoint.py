@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import is_npz, looks_like
 from .layers import Dropout, layer_from_config
 from .network import Sequential
 
@@ -107,6 +108,11 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
 
 def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
     """Read and verify a checkpoint; ``architecture`` (if given) must match the saved one."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    if not is_npz(path):
+        raise CheckpointError(f"{path}: not a numbacnn checkpoint (an .npz written by save or "
+                              f"train.py --save); it looks like {looks_like(path)}")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -120,7 +126,7 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
     checksum = arrays.pop("__checksum__").tobytes().decode("ascii", "replace")
     if _digest(meta_bytes, {**arrays, "__meta__": np.frombuffer(meta_bytes, np.uint8)}) != checksum:
         raise CheckpointError(f"{path}: checksum mismatch: the file is corrupt or was modified")
-    meta = json.loads(meta_bytes)
+    meta = _check_meta(meta_bytes, path)
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a numbacnn checkpoint")
     if meta.get("version") != VERSION:
@@ -151,6 +157,70 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
         layer.set_generator_state(*_dropout_state(state, path))
     opt_state = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
     return Checkpoint(net, meta, opt_state)
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _opt_str(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+# What each metadata field must hold (a missing optional field is fine): checked once, here, so that
+# a hand-edited file is one clear error and not a traceback somewhere later.
+_META: dict[str, Any] = {
+    "format": _opt_str, "version": _is_int, "architecture": _opt_str,
+    "layers": lambda v: isinstance(v, list) and all(
+        isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], dict) for e in v),
+    "input_shape": lambda v: v is None or (isinstance(v, list) and len(v) == 3
+                                           and all(_is_int(d, 1) for d in v)),
+    "classes": lambda v: v is None or (isinstance(v, list) and all(isinstance(c, str) for c in v)),
+    "dropout_rng": lambda v: isinstance(v, list),
+    "optimizer": lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)
+    and isinstance(v.get("hyperparameters", {}), dict),
+    "training": lambda v: isinstance(v, dict),
+}
+_TRAINING: dict[str, Any] = {
+    "architecture": _opt_str, "optimizer_name": _opt_str, "seed": _is_int, "epochs": lambda v: _is_int(v, 1),
+    "test_size": lambda v: _is_num(v) and 0 < v < 1, "val_size": lambda v: _is_num(v) and 0 <= v < 1,
+    "batch_size": lambda v: _is_int(v, 1), "dataset": _opt_str, "data_fingerprint": _opt_str,
+    "lr_schedule": _opt_str, "augment": _opt_str, "label_smoothing": lambda v: _is_num(v) and 0 <= v < 1,
+    "early_stopping": _is_int, "trainer": lambda v: v is None or (
+        isinstance(v, dict) and _is_int(v.get("epoch")) and _is_int(v.get("step"))
+        and isinstance(v.get("rng"), dict) and _opt_dict(v.get("epoch_rng"))
+        and isinstance(v.get("partial"), dict) and isinstance(v.get("history"), list)
+        and all(isinstance(h, dict) for h in v["history"]) and _is_int(v.get("batch_size"), 1)
+        and _is_num(v.get("base_lr", 0.0)) and _opt_str(v.get("lr_schedule"))
+        and _is_int(v.get("seed", 0))),
+}
+
+
+def _opt_dict(v: Any) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+def _check_meta(meta_bytes: bytes, path: str) -> dict[str, Any]:
+    """The checkpoint's metadata, parsed and checked against _META / _TRAINING."""
+    try:
+        meta = json.loads(meta_bytes)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: the checkpoint's metadata is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: the checkpoint's metadata is a {type(meta).__name__}, not an object")
+    for fields, where in ((_META, meta), (_TRAINING, meta.get("training") or {})):
+        for key, ok in fields.items():
+            if key in where and not ok(where[key]):
+                name = key if where is meta else f"training.{key}"
+                raise CheckpointError(f"{path}: the checkpoint's metadata field {name!r} holds "
+                                      f"{json.dumps(where[key])[:60]}, which is not valid there")
+    if "layers" not in meta:
+        raise CheckpointError(f"{path}: the checkpoint's metadata has no 'layers'")
+    return meta
 
 
 def _dropout_state(state: Any, path: str) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _config
+from ._text import plural
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
@@ -46,6 +47,9 @@ from .training import (
 if TYPE_CHECKING:
     from .distributed import DataParallel
 
+MAX_COUNT = 1_000_000  # the largest --epochs, --batch-size, --threads or patience taken
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, no usage block, status 2
         raise UsageError(message)
@@ -74,7 +78,7 @@ def _sizes(form: str, counts: tuple[int, ...], example: str) -> Callable[[str], 
             dims = tuple(int(v) for v in text.replace("x", ",").split(","))
         except ValueError:
             dims = ()
-        if len(dims) not in counts or min(dims) < 1:
+        if len(dims) not in counts or min(dims) < 1 or max(dims) > 65536:
             raise argparse.ArgumentTypeError(f"{text!r} is not {form} with positive sizes (e.g. {example})")
         return dims
     return parse
@@ -94,7 +98,8 @@ def _augment(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="train.py", description="Train a small CNN on MNIST-like data with numbacnn.")
+    p = _Parser(prog="train.py", description="Train a small CNN on MNIST-like data with numbacnn.",
+                epilog=SUBCOMMANDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = p.add_argument_group("data")
     d.add_argument("--data", help="IDX directory or images file, .npz, .csv, an image folder (one "
                    "sub-folder of pictures per class, optionally under train/ and test/) or CIFAR-10's "
@@ -139,27 +144,30 @@ def build_parser() -> argparse.ArgumentParser:
                    "pixels), crop:N (pad-and-crop, the same), flip (left-right; for natural images, "
                    "not digits), comma-separated, e.g. crop:4,flip; none for none (default shift:2 on "
                    "images above 16x16, else none)")
-    t.add_argument("--early-stopping", type=_number(int, 1, False), default=0, metavar="PATIENCE",
+    t.add_argument("--early-stopping", type=_number(int, 1, False, MAX_COUNT), default=0,
+                   metavar="PATIENCE",
                    help="stop when the validation loss has not improved for PATIENCE epochs and "
                    "keep (and save) the best epoch's weights; needs --val-size")
-    t.add_argument("--batch-size", type=_number(int, 1, False), default=None,
+    t.add_argument("--batch-size", type=_number(int, 1, False, MAX_COUNT), default=None,
                    help="default 16 on digits, 64 otherwise")
-    t.add_argument("--epochs", type=_number(int, 1, False), default=None,
+    t.add_argument("--epochs", type=_number(int, 1, False, MAX_COUNT), default=None,
                    help="total epochs (default 25 on digits, 15 on images above 16x16, 10 otherwise)")
-    t.add_argument("--seed", type=_number(int, 0, False), default=None,
+    t.add_argument("--seed", type=_number(int, 0, False, 2**63 - 1), default=None,
                    help="seeds initialisation, shuffling, dropout and the split (default 0)")
-    t.add_argument("--threads", type=_number(int, 1, False), default=None,
+    t.add_argument("--threads", type=_number(int, 1, False, MAX_COUNT), default=None,
                    help="numba threads (default: all cores)")
     t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over MPI ranks: mpiexec -n R python -m mpi4py "
                    "train.py --distributed ...; --batch-size is the global batch, --threads per rank "
                    "(default: the machine's cores divided among its ranks)")
-    t.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
+    t.add_argument("--quiet", action="store_true", help="no progress bars, summary or per-epoch lines "
+                   "(the result line stays)")
     o = p.add_argument_group("files")
     o.add_argument("--metrics-out", metavar="FILE.json", help="write per-epoch metrics as JSON")
     o.add_argument("--save", metavar="FILE.npz", help="checkpoint after every epoch and on Ctrl-C")
-    o.add_argument("--resume", metavar="FILE.npz", help="continue training from a checkpoint")
+    o.add_argument("--resume", metavar="FILE.npz", help="continue training from a checkpoint to --epochs "
+                   "in all; the checkpoints go to FILE.npz itself unless --save names another file")
     o.add_argument("--evaluate", metavar="FILE.npz",
                    help="only evaluate a checkpoint: accuracy and confusion matrix")
     o.add_argument("--report", metavar="DIR",
@@ -259,6 +267,11 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
     stopper = EarlyStopping(cfg.early_stopping) if cfg.early_stopping else None
     if cfg.trainer_state is not None:
         trainer.load_state(cfg.trainer_state)
+        if trainer.epoch >= cfg.epochs:
+            if lead:
+                print(f"nothing to train: {args.resume} holds {plural(trainer.epoch, 'epoch')} already "
+                      f"(--epochs {cfg.epochs} is the total); give a larger --epochs to continue")
+            return 0
     save_path = args.save or args.resume
 
     def checkpoint(tr: Trainer) -> None:
@@ -327,9 +340,9 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
             why = "stopped early" if stopper.stopped else "finished"
             print(f"early stopping: {why}; kept the weights of epoch {stopper.best_epoch} "
                   f"(val loss {stopper.best:.4f})")
-    if not args.quiet and lead:
+    if lead:  # the result line, --quiet or not
         print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f} after "
-              f"{trainer.epoch} epochs, {wall:.1f} s")
+              f"{plural(trainer.epoch, 'epoch')}, {wall:.1f} s")
     if args.metrics_out and lead:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
                 "images_per_second", "val_loss", "val_accuracy")
@@ -470,8 +483,9 @@ def run_summary(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
     p.add_argument("--input", type=_sizes("C,H,W", (3,), "1,28,28"), metavar="C,H,W",
                    help="per-example input shape (needed with --arch; default with --checkpoint: its own)")
-    p.add_argument("--classes", type=_number(int, 2, False), default=10, help="output classes (default 10)")
-    p.add_argument("--batch-size", type=_number(int, 1, False), default=64,
+    p.add_argument("--classes", type=_number(int, 2, False, MAX_COUNT), default=10,
+                   help="output classes (default 10)")
+    p.add_argument("--batch-size", type=_number(int, 1, False, MAX_COUNT), default=64,
                    help="batch of the measured training step (default 64)")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
     p.add_argument("--checkpoint", help="summarise a saved network instead of --arch")
@@ -499,13 +513,13 @@ def run_find_lr(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
     p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
-    p.add_argument("--batch-size", type=_number(int, 1, False), default=64)
-    p.add_argument("--steps", type=_number(int, 10, False), default=200)
+    p.add_argument("--batch-size", type=_number(int, 1, False, MAX_COUNT), default=64)
+    p.add_argument("--steps", type=_number(int, 10, False, MAX_COUNT), default=200)
     p.add_argument("--start-lr", type=_number(float, 0, True), default=1e-7)
     p.add_argument("--end-lr", type=_number(float, 0, True), default=10.0)
     p.add_argument("--augment", type=_augment, default=None, help="as train.py --augment")
-    p.add_argument("--seed", type=_number(int, 0, False), default=0)
-    p.add_argument("--threads", type=_number(int, 1, False), default=None)
+    p.add_argument("--seed", type=_number(int, 0, False, 2**63 - 1), default=0)
+    p.add_argument("--threads", type=_number(int, 1, False, MAX_COUNT), default=None)
     p.add_argument("--plot", metavar="FILE.png", help="save loss against learning rate (needs [plot])")
     args = p.parse_args(argv)
     if args.start_lr >= args.end_lr:
@@ -588,26 +602,50 @@ def run_predict(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None, command: Callable[[list[str] | None], int] = run) -> int:
-    """Run ``command`` (training, or ``run_report``) with one-line errors and exit statuses."""
+    """Run ``command`` (training, or ``run_report``, ...) with one-line errors and exit statuses:
+    0 success, 1 bad data / checkpoint / failed run, 2 bad command line, 130 / 143 interrupted,
+    141 when the reader of the output went away (``| head -1``)."""
     from .report import ReportError
 
+    prog = PROGS.get(command, "train.py")
     try:
-        return command(argv)
+        status = command(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
     except UsageError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except ArchitectureError as e:
-        print(f"train.py: error: --arch: {e}", file=sys.stderr)
+        print(f"{prog}: error: --arch: {e}", file=sys.stderr)
         return 2
     except (DataError, CheckpointError, DeviceError, DivergenceError, ReportError) as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, compiling)
-        print("train.py: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # nothing is left to tell the reader; what is still buffered goes nowhere, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
+
+
+# the subcommands of ``python -m numbacnn`` (training is the default)
+COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
+    "summary": run_summary, "find-lr": run_find_lr, "predict": run_predict, "export": run_export,
+    "report": run_report}
+PROGS: dict[Callable[[list[str] | None], int], str] = {
+    f: f"python -m numbacnn {name}" for name, f in COMMANDS.items()}
+SUBCOMMANDS_HELP = """commands (python -m numbacnn COMMAND --help for each):
+  (none)     train, as train.py: the options above
+  summary    a network's layers, parameters, mult-adds and memory
+  find-lr    a suggested learning rate (the loss over a rising learning rate)
+  predict    the predicted class of each image in a file
+  export     a checkpoint as an ONNX model
+  report     the training report (HTML) of a checkpoint"""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-EXTRA = "pip install numbacnn[mpi]"
+from ._text import install_hint
+
+EXTRA = install_hint("mpi")
 # environment variables by which MPI launchers tell a process the job's size
 _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE")
 
@@ -31,10 +33,6 @@ def launcher_size() -> int | None:
         if value.isdigit():
             return int(value)
     return None
-
-
-def cpus_available() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 class DataParallel:
@@ -71,6 +69,8 @@ class DataParallel:
 
     def default_threads(self) -> int:
         """Numba threads per rank: this machine's CPUs divided among its ranks."""
+        from ._config import cpus_available
+
         return max(1, cpus_available() // self.local_size)
 
     # --- collectives ---------------------------------------------------------------------------

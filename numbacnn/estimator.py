@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
 from contextlib import contextmanager
 from numbers import Integral, Real
@@ -27,24 +26,19 @@ _active_lock = threading.Lock()
 
 
 def _threading_layer() -> str:
-    """numba's threading layer ("omp", "tbb" or "workqueue"), starting it if needed."""
+    """numba's threading layer ("omp", "tbb" or "workqueue"; _config started it at import)."""
     import numba
 
-    try:
-        return numba.threading_layer()
-    except ValueError:  # not started yet: run one parallel kernel
-        from .kernels.cpu import relu_forward
-
-        relu_forward(np.zeros(1, np.float32), np.zeros(1, np.float32))
-        return numba.threading_layer()
+    return numba.threading_layer()
 
 
 @contextmanager
 def _threads(n: int | None):
-    """Run with n numba threads; None: all cores, or the OMP_NUM_THREADS limit that joblib's
-    workers and Dask's worker processes set (so that n_jobs=2 or two Dask workers do not each run
-    all-cores threads). Refuses a second concurrent caller where numba's threading layer is
-    "workqueue", which is not thread-safe."""
+    """Run with n numba threads; None: ``_config.default_threads()`` (the process's CPUs, at most
+    the OMP_NUM_THREADS that joblib's and Dask's worker processes set, or an enclosing
+    ``threadpoolctl.threadpool_limits``: n_jobs=2 or two Dask workers do not each run all-cores
+    threads). Refuses a second concurrent caller where numba's threading layer is "workqueue",
+    which is not thread-safe."""
     global _active
     with _active_lock:
         if _active and _threading_layer() == "workqueue":
@@ -56,10 +50,7 @@ def _threads(n: int | None):
         _active += 1
     before = _config.get_num_threads()
     try:
-        if n is None:
-            env = os.environ.get("OMP_NUM_THREADS", "")
-            n = int(env) if env.isdigit() and int(env) > 0 else None
-        _config.set_num_threads(n)
+        _config.set_num_threads(n)  # None: _config.default_threads()
         yield
     finally:
         _config.set_num_threads(before)
@@ -108,8 +99,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     verbose : int
         > 0 shows tqdm progress bars and per-epoch lines.
     n_threads : int or None
-        numba threads during fit/predict (None: all cores, or the OMP_NUM_THREADS limit that
-        joblib's and Dask's worker processes set). The count used is ``n_threads_``.
+        numba threads during fit/predict (None: the cores this process may use, at most the
+        OMP_NUM_THREADS that joblib's and Dask's worker processes set, or an enclosing
+        ``threadpoolctl.threadpool_limits``). The count used is ``n_threads_``.
     device : {"cpu", "cuda"}
     augment : str or None
         Per-batch augmentation of the images ("shift:2", "crop:4,flip"; see ``numbacnn.Augment``).

@@ -18,7 +18,7 @@ _FLOAT32 = np.dtype(np.float32)
 EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
 # activation bytes per CPU core that an inference slice's widest layer (its input and output) may
 # fill: slices of networks with large activations stay in the caches (modern, resnet8 at batch
-# 256: 1.2-1.3x the img/s of one slice of 256 on 2 cores; docs/performance.md, session 23)
+# 256: 1.2-1.3x the img/s of one slice of 256 on 2 cores; docs/performance.md)
 SLICE_BYTES_PER_CORE = 3 << 20
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ._text import install_hint
 from .layers import (
     AvgPool2D,
     BatchNorm2D,
@@ -35,7 +36,7 @@ from .layers import (
 )
 from .network import Sequential
 
-EXTRA = "pip install numbacnn[onnx]"
+EXTRA = install_hint("onnx")
 OPSET = 17
 
 

@@ -24,6 +24,19 @@ def _picture(path: str, shape: tuple[int, int, int]) -> np.ndarray:
     return as_images(read_picture(path, c, (h, w))[None], path)  # as the image-folder loader reads it
 
 
+# Float pixels whose brightest value lies in (1, SMALLEST_255_MAX) are on neither scale numbacnn trains
+# on ([0, 1], or [0, 255] divided by 255): read as 0-255 they would be nearly black and the predictions
+# garbage. scikit-learn's digits (0-16) are the usual case.
+SMALLEST_255_MAX = 32.0
+
+
+def _check_scale(raw: np.ndarray, path: str) -> None:
+    if raw.dtype.kind == "f" and raw.size and np.isfinite(raw).all() and 1.0 < raw.max() < SMALLEST_255_MAX:
+        raise DataError(f"{path}: pixel values reach only {raw.max():g}, neither the [0, 1] nor the "
+                        f"[0, 255] scale the network was trained on; scale them first (scikit-learn's "
+                        f"digits, 0-16: divide by 16)")
+
+
 def load_images(path: str, shape: tuple[int, int, int]) -> list[tuple[str, np.ndarray]]:
     """[(name, (C, H, W) float32 image)] from one file; raises DataError with a one-line reason."""
     if not os.path.isfile(path):
@@ -36,6 +49,7 @@ def load_images(path: str, shape: tuple[int, int, int]) -> list[tuple[str, np.nd
             raw = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: not a readable .npy file ({e})") from None
+        _check_scale(raw, path)
         x = as_images(raw[None] if raw.ndim == 2 or (raw.ndim == 3 and raw.shape[0] in (1, 3)
                                                      and shape[0] == raw.shape[0]) else raw, path)
     elif ext == ".npz":

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from . import analysis as A
+from ._text import install_hint, plural
 
-EXTRA = "pip install numbacnn[plot]"
+EXTRA = install_hint("plot")
 
 
 class ReportError(RuntimeError):
@@ -137,13 +138,16 @@ def plot_feature_maps(model: Any, x1: np.ndarray, channels: int = 8):
     maps = A.feature_maps(model, x1)
     if not maps:
         raise ReportError("the network has no convolution or pooling stage")
-    fig = _figure(1.2 * channels, 1.3 * len(maps) + 0.4)
+    fig = _figure(1.2 * channels + 1.6, 1.3 * len(maps) + 0.4)
     axes = np.atleast_2d(fig.subplots(len(maps), channels))
     for row, (name, a) in zip(axes, maps):
         for c, ax in enumerate(row):
             ax.axis("off")
             if c < len(a):
-                _image(ax, a[c], name.split(" (")[1].rstrip(")") if c == 0 else "", cmap="viridis")
+                _image(ax, a[c], "", cmap="viridis")
+        # the stage and its shape, whole, left of the row ("3 MaxPool2D (16x14x14)" on two lines)
+        row[0].text(-0.12, 0.5, name.replace(" (", "\n("), transform=row[0].transAxes, ha="right",
+                    va="center", fontsize=8)
     fig.suptitle("Feature maps of one example")
     return fig
 
@@ -234,7 +238,8 @@ def sections(model: Any, x: np.ndarray, y: np.ndarray, history: list[dict[str, A
     assert labels is not None
     m = confusion_matrix(net, images, labels, net.output_shape(images.shape[1:])[0])
     names = class_names or [str(i) for i in range(len(m))]
-    pairs = "; ".join(f"{names[t]} taken for {names[p]} {c} times" for t, p, c in A.most_confused(m))
+    pairs = "; ".join(f"{names[t]} taken for {names[p]} {plural(c, 'time')}"
+                      for t, p, c in A.most_confused(m))
     out.append(Section("confusion", "Confusion matrix", "Counts of each true class (rows) predicted as "
                        "each class (columns); most confused: " + (pairs or "none") + ".",
                        plot_confusion(model, x, y, class_names)))
@@ -297,7 +302,8 @@ def write_report(out_dir: str, model: Any, x: np.ndarray, y: np.ndarray,
              "img{max-width:100%}figcaption{color:#444}td{padding:0 1em}</style></head><body>",
              "<h1>numbacnn training report</h1><table>"]
     for k, v in (info or {}).items():
-        parts.append(f"<tr><td>{esc(str(k))}</td><td>{esc(str(v))}</td></tr>")
+        shown = f"{v:.4f}" if isinstance(v, float) else str(v)
+        parts.append(f"<tr><td>{esc(str(k))}</td><td>{esc(shown)}</td></tr>")
     parts.append("</table>")
     for sec in sections(model, x, y, history, class_names, routing_first):
         parts.append(f"<h2 id='{sec.key}'>{esc(sec.title)}</h2>")

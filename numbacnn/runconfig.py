@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._text import plural
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
@@ -54,7 +55,7 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
     if ds.skipped:
         shown = "; ".join(f"{p} ({why})" for p, why in ds.skipped[:3])
         more = f" and {len(ds.skipped) - 3} more" if len(ds.skipped) > 3 else ""
-        print(f"train.py: warning: skipped {len(ds.skipped)} unreadable pictures: {shown}{more}",
+        print(f"train.py: warning: skipped {plural(len(ds.skipped), 'unreadable picture')}: {shown}{more}",
               file=sys.stderr)
     return ds
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._text import install_hint
 from .training import Callback, Trainer
 
-EXTRA = "pip install numbacnn[tensorboard]"
+EXTRA = install_hint("tensorboard")
 SCALARS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
            "images_per_second")
 

@@ -54,7 +54,8 @@ def test_flags_and_metrics_schema(tmp_path, npz, capsys):
                               "seconds", "images_per_second", "val_accuracy"}
         assert m["test_accuracy"] == m["epochs"][-1]["test_accuracy"]
     nc.set_num_threads(None)
-    assert capsys.readouterr().out == ""  # --quiet prints nothing
+    out = capsys.readouterr().out.splitlines()  # --quiet prints the result line only
+    assert len(out) == 3 and all(line.startswith("done: test accuracy ") for line in out), out
 
 
 def test_progress_output_has_epoch_summary(npz, capsys):
@@ -371,3 +372,71 @@ def test_a_log_file_gets_lines_not_progress_bar_refreshes(tmp_path, npz):
     epochs = [ln for ln in lines if ln.startswith("epoch ")]
     # after the summary: 12 steps an epoch, a line each; the final line
     assert len(epochs) == 2 and len(lines) - start - 1 <= 2 * 2 + 1, text
+
+
+def _cli(*argv, **kw):
+    return subprocess.run([sys.executable, "-m", "numbacnn", *argv], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, **kw)
+
+
+def test_help_lists_the_subcommands_and_their_errors_name_them():
+    for argv in (["--help"], ["help"]):
+        r = _cli(*argv)
+        assert r.returncode == 0 and "--epochs" in r.stdout, r.stderr
+        for command in ("summary", "find-lr", "predict", "export", "report"):
+            assert f"\n  {command} " in r.stdout, (command, r.stdout[-800:])
+    r = _cli("help", "predict")
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m numbacnn predict")
+    r = _cli("predict")
+    assert r.returncode == 2 and r.stderr.startswith("python -m numbacnn predict: error: "), r.stderr
+
+
+def test_files_that_are_not_what_they_claim_get_one_line_naming_what_they_look_like(tmp_path, capsys):
+    noise = tmp_path / "noise.npz"
+    noise.write_bytes(np.random.default_rng(0).bytes(3000))
+    text = tmp_path / "notes.txt"
+    text.write_text("label,pixels\nnot an image file\n")
+    ck = tmp_path / "ck.npz"
+    assert main(TINY + ["--data", tiny_npz(tmp_path / "t.npz", 60), "--save", str(ck)]) == 0
+    capsys.readouterr()
+    cases = [(["--data", str(noise)], "not an .npz file", "binary data"),
+             (["--evaluate", str(noise)], "not a numbacnn checkpoint", "binary data"),
+             (["--data", str(text)], "not a data file numbacnn reads", "a text file")]
+    for argv, what, seen in cases:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and what in err and seen in err and "pickle" not in err, err
+    r = _cli("predict", str(ck), str(text), str(noise))
+    assert r.returncode == 1 and "pickle" not in r.stderr and "Traceback" not in r.stderr
+    assert f"{text}: not an IDX file" in r.stderr and "it looks like a text file" in r.stderr, r.stderr
+
+
+def test_predict_refuses_pixels_on_a_scale_of_their_own(tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    assert main(TINY + ["--data", tiny_npz(tmp_path / "t.npz", 60), "--save", str(ck)]) == 0
+    raw = np.random.default_rng(0).integers(0, 17, (8, 8)).astype(np.float64)  # sklearn digits, 0-16
+    for scale, ok in ((1.0, False), (1 / 16, True), (255 / 16, True)):
+        np.save(tmp_path / "x.npy", raw * scale)
+        r = _cli("predict", str(ck), str(tmp_path / "x.npy"))
+        assert (r.returncode == 0) == ok, (scale, r.stderr)
+        if not ok:
+            assert "pixel values reach only 16" in r.stderr and "divide by 16" in r.stderr
+
+
+def test_resume_past_its_epochs_says_nothing_was_trained(tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    data = tiny_npz(tmp_path / "t.npz", 60)
+    assert main(TINY + ["--data", data, "--save", str(ck)]) == 0
+    assert "after 2 epochs" in capsys.readouterr().out
+    before = ck.read_bytes()
+    assert main([*TINY[:-2], "--epochs", "1", "--lr-schedule", "constant", "--data", data,
+                 "--resume", str(ck)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing to train: ") and "holds 2 epochs" in out and "done:" not in out, out
+    assert ck.read_bytes() == before  # the checkpoint is not rewritten
+
+
+def test_a_closed_pipe_ends_the_run_quietly():
+    r = subprocess.run(f"{sys.executable} train.py --epochs 2 | head -1", shell=True, capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, executable="/bin/bash")
+    assert r.stdout.startswith("numbacnn: digits:") and r.stderr == "", r.stderr

@@ -83,7 +83,7 @@ def test_export_without_the_extra_names_it(tmp_path):
     ck = str(tmp_path / "ck.npz")
     nc.save(nc.build_network("dense(4)", (1, 4, 4), 2, seed=0), ck)
     r = run_without("onnx", "run_export", [ck, str(tmp_path / "m.onnx")])
-    assert r.returncode == 2 and "pip install numbacnn[onnx]" in r.stderr
+    assert r.returncode == 2 and "pip install 'numbacnn[onnx]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -107,3 +107,24 @@ def test_a_network_remembers_its_input_shape_for_export(tmp_path, rng):
     assert seen.input_shape == (3, 8, 8)
     nc.export_onnx(seen, path)
     np.testing.assert_allclose(_run(onnx.load(path), {"input": x}), seen.forward(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [1e-2, 1e-3])
+def test_batchnorm_exports_its_own_epsilon(tmp_path, rng, eps):
+    """With a small running variance eps matters: an export that kept ONNX's default 1e-5 gave
+    outputs that differed by 6.5."""
+    net = nc.Sequential([nc.Conv2D(2, 4, 3), nc.BatchNorm2D(4, eps=eps), nc.ReLU(), nc.Flatten(),
+                         nc.Dense(4 * 6 * 6, 5), nc.BatchNorm1D(5, eps=eps)], seed=0)
+    state = net.state_dict()
+    for name in state:
+        if name.endswith("running_var"):
+            state[name] = rng.uniform(1e-4, 1e-3, state[name].shape).astype(np.float32)
+        elif name.endswith("running_mean"):
+            state[name] = rng.standard_normal(state[name].shape).astype(np.float32) * 0.01
+    net.load_state_dict(state)
+    path = str(tmp_path / "bn.onnx")
+    nc.export_onnx(net, path, input_shape=(2, 8, 8))
+    x = rng.standard_normal((4, 2, 8, 8)).astype(np.float32)
+    want = net.forward(x, training=False)
+    np.testing.assert_allclose(_run(onnx.load(path), {"input": x}), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())

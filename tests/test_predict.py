@@ -77,5 +77,6 @@ def test_pictures_without_pillow_name_the_extra(tmp_path, model):
     _, ck = model
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "a.png")
     r = run_without("PIL", "run_predict", [ck, str(tmp_path / "a.png")])
-    assert r.returncode == 1 and "pip install numbacnn[image]" in r.stderr
+    assert r.returncode == 1 and "pip install 'numbacnn[image]'" in r.stderr
+    assert "in a checkout: pip install -e '.[image]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

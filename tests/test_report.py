@@ -205,8 +205,11 @@ def test_labels_and_names_are_escaped_in_the_page(tmp_path, rng):
     clf = nc.CNNClassifier(architecture="conv(2,3),relu,maxpool(2),dense(8)", max_epochs=1,
                            random_state=0).fit(X, y)
     page = open(write_report(str(tmp_path), clf, X, y, class_names=[str(c) for c in clf.classes_],
-                             info={"dataset": "<b>data</b>"}), encoding="utf-8").read()
+                             info={"dataset": "<b>data</b>", "test accuracy": 2 / 3}),
+                encoding="utf-8").read()
     assert "<script" not in page and "<b>" not in page
+    assert "<td>0.6667</td>" in page and "0.66666" not in page  # numbers as a reader wants them
+    assert " 1 times" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "a&amp;b" in page
     assert "&lt;b&gt;data&lt;/b&gt;" in page
 
@@ -217,7 +220,7 @@ def test_failures_are_clear_and_never_cost_the_model(tmp_path, npz, monkeypatch,
     ck = tmp_path / "ck.npz"
     r = run_without("matplotlib", "run", ["--quiet", "--data", npz, "--report", str(tmp_path / "r"),
                                           "--save", str(ck)])
-    assert r.returncode == 2 and "pip install numbacnn[plot]" in r.stderr
+    assert r.returncode == 2 and "pip install 'numbacnn[plot]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not ck.exists()
     # a directory that cannot be written: refused before training
     blocker = tmp_path / "file"
@@ -312,5 +315,5 @@ def test_tensorboard_scalars_and_histograms(tmp_path, npz):
 
 def test_tensorboard_without_the_extra_is_refused_before_training(tmp_path, npz):
     r = run_without("tensorboardX", "run", ["--quiet", "--data", npz, "--tensorboard", str(tmp_path)])
-    assert r.returncode == 2 and "pip install numbacnn[tensorboard]" in r.stderr
+    assert r.returncode == 2 and "pip install 'numbacnn[tensorboard]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .._files import is_npz, looks_like
+
 MAX_LABEL = 255  # MNIST-like labels are small non-negative integers (IDX stores them as bytes)
 
 
@@ -70,6 +72,7 @@ def as_images(x: np.ndarray, source: str) -> np.ndarray:
         if x.min() < 0 or x.max() > 255:
             raise DataError(f"{source}: pixel values must lie in [0, 1] or [0, 255], got "
                             f"[{x.min()}, {x.max()}]")
+
         x /= np.float32(255.0)
     elif x.min() < 0:
         raise DataError(f"{source}: pixel values must lie in [0, 1] or [0, 255], got min {x.min()}")
@@ -118,7 +121,8 @@ def read_idx(path: str) -> np.ndarray:
     """Read an IDX file (optionally gzip-compressed), validating its header and length."""
     raw = _read_bytes(path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES or raw[3] == 0:
-        raise DataError(f"{path}: not an IDX file (wrong magic number {raw[:4].hex() or 'empty'})")
+        raise DataError(f"{path}: not an IDX file (wrong magic number {raw[:4].hex() or 'empty'}); "
+                        f"it looks like {looks_like(path)}")
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
@@ -187,6 +191,9 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.
                                   list[str] | None]:
     """x_train, y_train, x_test, y_test and the optional ``classes`` (strings, one per label)."""
     classes = None
+    if not is_npz(path):
+        raise DataError(f"{path}: not an .npz file (expected a zip of arrays x_train, y_train[, x_test, "
+                        f"y_test] or x, y); it looks like {looks_like(path)}")
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)
@@ -417,6 +424,10 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
             if labels:
                 raise DataError("--labels is only for IDX image files")
         else:
+            seen = looks_like(path)
+            if seen not in ("an IDX file", "gzip-compressed data"):
+                raise DataError(f"{path}: not a data file numbacnn reads (expected IDX images, .npz, "
+                                f".csv, CIFAR-10 or an image folder); it looks like {seen}")
             x, y = load_idx(path, labels or labels_beside(path))
     if x_te is not None and x_te.shape[1:] != x.shape[1:]:
         raise DataError(f"{path}: train images are {x.shape[1:]} but test images are {x_te.shape[1:]}")

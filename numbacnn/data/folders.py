@@ -20,15 +20,17 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from .._text import install_hint
 from . import DataError
 
-EXTRA = "pip install numbacnn[image]"
+EXTRA = install_hint("image")
 PICTURES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 TEST_SPLITS = ("test", "val", "valid", "validation")  # names of a held-out split beside train/
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: 16-bit grey scaled, EXIF orientation applied
 GREY_MODES = {"1", "L", "LA", "La", "I", "F", "I;16", "I;16L", "I;16B", "I;16N"}
 
 
@@ -37,24 +39,67 @@ def _pillow():
         from PIL import Image
     except ImportError:
         raise DataError(f"reading pictures needs Pillow: {EXTRA}") from None
+    # the loader refuses pictures over Pillow's limit itself, naming them (_refuse_bomb); Pillow's own
+    # warning would print its source line, and catching it per call is not thread-safe
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     return Image
 
 
+def _refuse_bomb(Image, img, path: str) -> None:
+    """A picture of more than Pillow's MAX_IMAGE_PIXELS is refused before it is decoded."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and img.size[0] * img.size[1] > limit:
+        raise DataError(f"{path}: refused, larger than Pillow's decompression-bomb limit "
+                        f"({img.size[0]}x{img.size[1]} pixels, the limit is {limit})")
+
+
+WIDE_GREY = {"I", "I;16", "I;16L", "I;16B", "I;16N"}  # 16-bit grey (Pillow opens 16-bit PNGs so)
+
+
+def _eight_bit(Image, img):
+    """16-bit grey scaled to 8 bits (65535 -> 255, not clipped at 255)."""
+    if img.mode not in WIDE_GREY:
+        return img
+    a = np.asarray(img).astype(np.int64)
+    return Image.fromarray(np.clip((a + 128) // 257, 0, 255).astype(np.uint8), mode="L")
+
+
+_QUARTER_TURNS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
+
+
+def _orientation(img) -> int:
+    """The EXIF orientation tag (1: as stored); 1 where there is none or it cannot be read."""
+    try:
+        value = img.getexif().get(0x0112, 1)
+    except Exception:  # a damaged EXIF block: the picture as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _upright(img):
+    """The picture as a viewer shows it: its EXIF orientation applied (phone photographs)."""
+    if _orientation(img) == 1:
+        return img
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(img)
+
+
 def read_picture(path: str, channels: int, size: tuple[int, int]) -> np.ndarray:
-    """One picture as uint8 (channels, H, W): converted to grey ("L") or RGB, resized (bilinear) to
-    ``size`` = (H, W) when it differs. Pillow's decompression-bomb guard stays on. Raises
-    DataError with a one-line reason."""
+    """One picture as uint8 (channels, H, W): 16-bit grey scaled to 8 bits, turned upright by its
+    EXIF orientation, converted to grey ("L") or RGB, resized (bilinear) to ``size`` = (H, W) when
+    it differs. Pictures over Pillow's decompression-bomb limit are refused. Raises DataError with a
+    one-line reason."""
     Image = _pillow()
     h, w = size
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)  # over the limit: refuse
-            with Image.open(path) as opened:
-                img = opened.convert("L" if channels == 1 else "RGB")
-                if img.size != (w, h):
-                    img = img.resize((w, h), Image.Resampling.BILINEAR)
-                a = np.asarray(img, dtype=np.uint8)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        with Image.open(path) as opened:
+            _refuse_bomb(Image, opened, path)
+            img = _upright(_eight_bit(Image, opened)).convert("L" if channels == 1 else "RGB")
+            if img.size != (w, h):
+                img = img.resize((w, h), Image.Resampling.BILINEAR)
+            a = np.asarray(img, dtype=np.uint8)
+    except Image.DecompressionBombError as e:
         raise DataError(f"{path}: refused, larger than Pillow's decompression-bomb limit ({e})") from None
     except (OSError, SyntaxError, ValueError) as e:  # not an image, truncated, unsupported
         raise DataError(f"{path}: not a readable image ({e})") from None
@@ -66,11 +111,15 @@ def _header(path: str) -> tuple[tuple[int, int], bool] | str:
     Image = _pillow()
     try:
         with Image.open(path) as img:
+            _refuse_bomb(Image, img, path)
             colour = img.mode not in GREY_MODES
             if img.mode in ("P", "PA"):  # a palette: colour only if some entry is not grey
                 pal = np.asarray(img.getpalette() or [], np.int64).reshape(-1, 3)
                 colour = bool((pal != pal[:, :1]).any())
-            return (img.size[1], img.size[0]), colour
+            w, h = img.size
+            return ((w, h) if _orientation(img) in _QUARTER_TURNS else (h, w)), colour
+    except DataError as e:
+        return str(e).removeprefix(f"{path}: ")
     except Exception as e:  # Pillow raises many kinds for a bad file; each is one skipped image
         why = str(e).replace(repr(path), "").replace(path, "").strip(" :") or type(e).__name__
         return why if isinstance(e, OSError) else f"{type(e).__name__}: {why}"
@@ -90,14 +139,21 @@ class FolderData:
     from_cache: bool = False
 
 
+# Symbolic links: a link to a picture is read as the picture (a broken or looping link is skipped
+# and named, like any unreadable picture); a link to a folder is never followed, neither as a class
+# folder nor inside one, so no picture is read twice or under another class's label.
+
+
 def _class_dirs(root: str) -> list[str]:
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    return sorted(e.name for e in os.scandir(root)
+                  if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
 
 
 def _pictures_under(directory: str) -> list[str]:
     out = []
-    for here, dirs, files in os.walk(directory, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    for here, dirs, files in os.walk(directory, followlinks=False):
+        real = [d for d in dirs if not os.path.islink(os.path.join(here, d))]  # links to folders
+        dirs[:] = sorted(d for d in real if not d.startswith("."))
         out += [os.path.join(here, f) for f in sorted(files)
                 if not f.startswith(".") and os.path.splitext(f)[1].lower() in PICTURES]
     return out
@@ -148,8 +204,12 @@ def _key(files: list[tuple[str, int]], root: str, image_size, channels) -> str:
     h = hashlib.sha256(json.dumps([CACHE_VERSION, image_size, channels]).encode())
     skip = len(os.path.join(root, ""))  # the paths were joined onto root: cut it off (not relpath: slow)
     for path, label in files:
-        st = os.stat(path)
-        h.update(f"{path[skip:]}|{label}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        try:
+            st = os.stat(path)
+            stamp = f"{st.st_size}|{st.st_mtime_ns}"
+        except OSError as e:  # a broken or looping link: skipped when read, part of the key as such
+            stamp = f"unreadable {e.errno}"
+        h.update(f"{path[skip:]}|{label}|{stamp}\n".encode())
     return h.hexdigest()
 
 
@@ -167,21 +227,36 @@ def cache_path(root: str, cache_dir: str | None = None) -> str:
     return os.path.join(where, f"{name}-{tag}.npz")
 
 
-def _read_cache(path: str, key: str) -> FolderData | None:
-    """The cached arrays when the file exists and was made for ``key``; None otherwise (a damaged
-    cache is rebuilt, never fatal)."""
-    if not os.path.exists(path):
+def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: int,
+                image_size, channels) -> FolderData | None:
+    """The cached arrays when the file exists, was made for ``key`` and holds what the key promises
+    (the classes, one image or one skipped picture per file, uint8 images of the size and channels
+    asked for, labels in range); None otherwise: a damaged or altered cache is rebuilt, never used."""
+    if not os.path.isfile(path):
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) != key:
                 return None
             test = "x_test" in z.files
-            return FolderData(z["x_train"], z["y_train"], z["x_test"] if test else None,
+            data = FolderData(z["x_train"], z["y_train"], z["x_test"] if test else None,
                               z["y_test"] if test else None, [str(c) for c in z["classes"]],
                               [tuple(s) for s in json.loads(str(z["skipped"]))], True)  # type: ignore[misc]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error):
         return None
+    parts: list[tuple[Any, Any]] = [(data.x_train, data.y_train)]
+    parts += [(data.x_test, data.y_test)] if test else []
+    shape = data.x_train.shape[1:] if data.x_train.ndim == 4 else None
+    fits = (data.classes == classes and test == (n_test > 0) and shape is not None
+            and (channels is None or shape[0] == channels) and shape[0] in (1, 3)
+            and (image_size is None or tuple(shape[1:]) == tuple(image_size))
+            and all(len(s) == 2 and all(isinstance(v, str) for v in s) for s in data.skipped)
+            and sum(len(x) for x, _ in parts) + len(data.skipped) == n_train + n_test)
+    for x, y in parts if fits else []:
+        fits = fits and (x.dtype == np.uint8 and x.ndim == 4 and x.shape[1:] == shape
+                         and y.dtype == np.int64 and y.shape == (len(x),)
+                         and (len(y) == 0 or (0 <= y.min() and y.max() < len(classes))))
+    return data if fits else None
 
 
 def _write_cache(path: str, key: str, data: FolderData) -> bool:
@@ -193,17 +268,25 @@ def _write_cache(path: str, key: str, data: FolderData) -> bool:
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-" + os.path.basename(path) + ".")
+    except OSError:  # a cache that cannot be written costs time, not the run
+        return False
+    try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
-    except OSError:  # a cache that cannot be written costs time, not the run
+    except OSError:  # e.g. the cache path is a directory: nothing is left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         return False
     return True
 
 
-def _map(fn: Callable, items: list, desc: str, progress: bool) -> list:
-    """``fn`` over ``items`` on a thread pool (Pillow decodes without the GIL), in order."""
-    workers = min(32, (os.cpu_count() or 1) + 2)
+def _map(fn: Callable, items: list, desc: str, progress: bool, threads: int | None = None) -> list:
+    """``fn`` over ``items`` on a pool of ``threads`` threads (None: the cores + 2, at most 32;
+    Pillow decodes without the GIL), in order."""
+    workers = threads or min(32, (os.cpu_count() or 1) + 2)
     with ThreadPoolExecutor(workers) as pool:
         results = pool.map(fn, items, chunksize=max(1, len(items) // (workers * 8)))
         if progress:
@@ -218,7 +301,7 @@ def _map(fn: Callable, items: list, desc: str, progress: bool) -> list:
 
 def load_image_folder(root: str, image_size: tuple[int, int] | None = None, channels: int | None = None,
                       cache_dir: str | None = None, cache: bool = True, progress: bool = False,
-                      log: Callable[[str], None] = print) -> FolderData:
+                      log: Callable[[str], None] = print, threads: int | None = None) -> FolderData:
     """Read an image folder (see the module's docstring).
 
     Parameters
@@ -232,6 +315,8 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
         nor written.
     progress
         A progress bar while decoding (on a terminal) and a line when done, through ``log``.
+    threads
+        Decoding threads (None: the cores + 2, at most 32); the result does not depend on it.
     """
     if channels not in (None, 1, 3):
         raise DataError(f"channels must be 1 or 3, got {channels!r}")
@@ -240,7 +325,7 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
     key = _key(files, root, image_size, channels)
     where = cache_path(root, cache_dir)
     if cache:
-        hit = _read_cache(where, key)
+        hit = _read_cache(where, key, classes, len(train), len(test), image_size, channels)
         if hit is not None:
             return hit
     _pillow()
@@ -248,7 +333,7 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
     if image_size is not None and channels is not None:  # nothing to decide: one pass, no headers
         headers: list = [((0, 0), False)] * len(files)
     else:
-        headers = _map(_header, [p for p, _ in files], "reading headers", progress)
+        headers = _map(_header, [p for p, _ in files], "reading headers", progress, threads)
     skipped = [(p, h) for (p, _), h in zip(files, headers) if isinstance(h, str)]
     good = [h for h in headers if not isinstance(h, str)]
     if not good:
@@ -267,7 +352,7 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
             return str(e).removeprefix(f"{path}: ").replace(f" {path!r}", "").replace(f" {path}", "")
 
     todo = [(p, y) for (p, y), h in zip(files, headers) if not isinstance(h, str)]
-    pixels = _map(decode, [p for p, _ in todo], "decoding", progress)
+    pixels = _map(decode, [p for p, _ in todo], "decoding", progress, threads)
     skipped += [(p, a) for (p, _), a in zip(todo, pixels) if isinstance(a, str)]
     kept = [(a, y, i < len(train)) for i, ((p, y), a) in enumerate(zip(files, _align(files, todo, pixels)))
             if a is not None and not isinstance(a, str)]

@@ -1,0 +1,226 @@
+"""Files from outside are never trusted: hostile picture folders (links, bombs, 16-bit pictures),
+altered caches, hand-edited checkpoint metadata and out-of-range numbers each give one clear line
+and a documented exit status, and the good pictures and files are still used."""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from conftest import ROOT, tiny_npz
+
+from numbacnn.checkpoint import _digest
+from numbacnn.cli import main
+from numbacnn.data import folders as F
+from numbacnn.data import load_dataset
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def _picture(path, value, size=8):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(np.full((size, size), value, np.uint8)).save(path)
+
+
+def _folder(root, n=5):
+    """Classes a (dark) and b (bright), n grey PNGs each."""
+    for i in range(n):
+        _picture(os.path.join(root, "a", f"{i}.png"), 20 + i)
+        _picture(os.path.join(root, "b", f"{i}.png"), 200 + i)
+
+
+def test_links_to_folders_are_not_followed_and_bad_links_are_skipped_and_named(tmp_path):
+    root = tmp_path / "pics"
+    _folder(str(root))
+    os.symlink("..", root / "b" / "up")  # b/up -> the folder of both classes
+    os.symlink(str(root / "a"), root / "c")  # a class folder that is a link to another
+    os.symlink("loop.png", root / "a" / "loop.png")  # a link to itself
+    os.symlink("gone.png", root / "a" / "dangling.png")  # a link to nothing
+    os.symlink(str(root / "b" / "0.png"), root / "b" / "again.png")  # a link to a picture: read
+    got = F.load_image_folder(str(root), cache=False)
+    assert got.classes == ["a", "b"]
+    assert np.bincount(got.y_train).tolist() == [5, 6]
+    assert ((got.x_train[got.y_train == 0] < 100).all() and (got.x_train[got.y_train == 1] > 100).all())
+    skipped = {os.path.basename(p) for p, _ in got.skipped}
+    assert skipped == {"loop.png", "dangling.png"}, got.skipped
+
+
+def test_bombs_are_skipped_and_named_at_any_thread_count_without_pillows_warning(tmp_path, monkeypatch):
+    root = tmp_path / "pics"
+    _folder(str(root), n=6)
+    for i in range(4):  # over the limit set below, under twice it: Pillow would only warn
+        _picture(str(root / "a" / f"bomb{i}.png"), 30, size=40)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    for workers in (1, 2, 8):
+        monkeypatch.setattr(os, "cpu_count", lambda w=workers: w - 2)  # the pool takes cpu_count + 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a warning would fail the test
+            got = F.load_image_folder(str(root), image_size=(8, 8), channels=1, cache=False)
+        assert np.bincount(got.y_train).tolist() == [6, 6]
+        assert sorted(os.path.basename(p) for p, _ in got.skipped) == [f"bomb{i}.png" for i in range(4)]
+        assert all("decompression-bomb limit" in why for _, why in got.skipped)
+
+
+def test_a_real_bomb_prints_one_named_line_and_no_pillow_warning(tmp_path):
+    root = tmp_path / "pics"
+    _folder(str(root), n=6)
+    Image.new("L", (10000, 10000)).save(root / "a" / "bomb.png")  # 1e8 pixels: Pillow warns only
+    r = subprocess.run([sys.executable, "train.py", "--data", str(root), "--epochs", "1", "--quiet",
+                        "--arch", "dense(8),relu"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("\n") == 1 and "skipped 1 unreadable picture: " in r.stderr, r.stderr
+    assert "bomb.png (refused, larger than Pillow's decompression-bomb limit" in r.stderr
+
+
+def test_16_bit_grey_pictures_are_scaled_not_clipped(tmp_path):
+    root = tmp_path / "pics"
+    _folder(str(root), n=3)
+    for name, value in (("a/wide.png", 25700), ("b/wide.png", 65535)):
+        Image.fromarray(np.full((8, 8), value, np.uint16)).save(root / name)
+        with Image.open(root / name) as im:
+            assert im.mode.startswith("I")  # really a 16-bit picture
+    for channels in (1, 3):
+        got = F.load_image_folder(str(root), channels=channels, cache=False)
+        wide = got.x_train[[3, 7]]  # sorted names: 0, 1, 2, wide per class
+        assert (wide[0] == 100).all() and (wide[1] == 255).all(), wide[:, :, 0, 0]
+
+
+def test_exif_rotated_photographs_load_upright(tmp_path):
+    root = tmp_path / "pics"
+    _folder(str(root), n=3)
+    a = np.zeros((8, 12), np.uint8)
+    a[:, 6:] = 200  # bright on the right as stored; orientation 3 (half a turn): bright on the left
+    img = Image.fromarray(a)
+    exif = img.getexif()
+    exif[0x0112] = 3
+    img.save(root / "b" / "turned.jpg", exif=exif)
+    got = F.load_image_folder(str(root), image_size=(8, 12), channels=1, cache=False)
+    turned = got.x_train[-1, 0].astype(int)  # b/turned.jpg sorts last
+    assert turned[:, :5].mean() > 150 and turned[:, 7:].mean() < 50, turned
+
+
+def test_a_cache_whose_arrays_were_replaced_is_rebuilt_not_used(tmp_path):
+    root = tmp_path / "pics"
+    _folder(str(root))
+    fresh = F.load_image_folder(str(root), image_size=(8, 8))  # the key promises this size
+    where = F.cache_path(str(root))
+    with np.load(where) as z:
+        arrays = {k: z[k] for k in z.files}
+    for name, doctored in (("fewer rows", dict(x_train=arrays["x_train"][:4], y_train=arrays["y_train"][:4])),
+                           ("another shape", dict(x_train=arrays["x_train"][:, :, :4])),
+                           ("labels out of range", dict(y_train=arrays["y_train"] + 5)),
+                           ("float images", dict(x_train=arrays["x_train"].astype(np.float32)))):
+        np.savez(where, **{**arrays, **doctored})
+        got = F.load_image_folder(str(root), image_size=(8, 8))
+        assert not got.from_cache, name
+        np.testing.assert_array_equal(got.x_train, fresh.x_train)
+        np.testing.assert_array_equal(got.y_train, fresh.y_train)
+    # a cache path that is a directory: the run goes on, nothing is left behind
+    os.remove(where)
+    os.mkdir(where)
+    got = F.load_image_folder(str(root), image_size=(8, 8))
+    np.testing.assert_array_equal(got.x_train, fresh.x_train)
+    assert os.listdir(where) == [] and [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+
+
+def test_a_test_split_without_some_classes_keeps_the_training_labels(tmp_path):
+    root = tmp_path / "pics"
+    for part, names in (("train", ("a", "b", "c")), ("test", ("b", "c"))):
+        for k, name in enumerate(("a", "b", "c")):
+            if name in names:
+                for i in range(4):
+                    _picture(str(root / part / name / f"{i}.png"), 20 + 100 * k + i)
+    ds = load_dataset(str(root))
+    assert ds.classes == ["a", "b", "c"]
+    assert sorted(set(ds.y_test.tolist())) == [1, 2]  # b and c keep their training indices
+    mean = ds.x_test.reshape(len(ds.x_test), -1).mean(1) * 255
+    np.testing.assert_array_equal(np.round((mean - 20) / 100).astype(int), ds.y_test)
+
+
+def _edit_meta(src, dst, change):
+    """A copy of checkpoint src with its metadata changed by ``change`` and the checksum recomputed,
+    as someone editing the file by hand would."""
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta_bytes = change(arrays.pop("__meta__").tobytes())
+    arrays.pop("__checksum__")
+    arrays["__meta__"] = np.frombuffer(meta_bytes, np.uint8)
+    arrays["__checksum__"] = np.frombuffer(_digest(meta_bytes, arrays).encode(), np.uint8)
+    np.savez(dst, **arrays)
+
+
+def _json_edit(fn):
+    def change(raw):
+        meta = json.loads(raw)
+        fn(meta)
+        return json.dumps(meta).encode()
+    return change
+
+
+def test_hand_edited_checkpoint_metadata_is_one_line_everywhere(tmp_path, capsys):
+    data = tiny_npz(tmp_path / "t.npz", 60)
+    ck = str(tmp_path / "ck.npz")
+    assert main(["--quiet", "--data", data, "--arch", "dense(8),relu", "--epochs", "1", "--save", ck]) == 0
+    edits = {"malformed JSON": lambda raw: raw[:-5],
+             "a list for the metadata": lambda raw: b"[1, 2]",
+             "a list for training": _json_edit(lambda m: m.update(training=[1])),
+             "a number for the layers": _json_edit(lambda m: m.update(layers=3)),
+             "a number for the input shape": _json_edit(lambda m: m.update(input_shape=7)),
+             "a string for the classes": _json_edit(lambda m: m.update(classes="abc")),
+             "a list for the trainer": _json_edit(lambda m: m["training"].update(trainer=[])),
+             "a string for the epoch": _json_edit(lambda m: m["training"]["trainer"].update(epoch="2")),
+             "a number for the history": _json_edit(lambda m: m["training"]["trainer"].update(history=5))}
+    for i, (name, change) in enumerate(edits.items()):
+        bad = str(tmp_path / f"bad{i}.npz")
+        _edit_meta(ck, bad, change)
+        for argv in (["--evaluate", bad, "--data", data], ["--resume", bad, "--data", data, "--epochs", "2",
+                                                             "--save", str(tmp_path / "out.npz")]):
+            assert main(argv) == 1, (name, argv)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and bad in err and "metadata" in err, (name, err)
+        for command in ("predict", "export"):
+            extra = [data] if command == "predict" else [str(tmp_path / "m.onnx")]
+            r = subprocess.run([sys.executable, "-m", "numbacnn", command, bad, *extra], capture_output=True,
+                               text=True, timeout=300, cwd=ROOT)
+            assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (
+                name, command, r.stderr)
+
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize("flag", ["--epochs", "--batch-size", "--seed", "--threads", "--early-stopping",
+                                  "--lr", "--momentum", "--weight-decay", "--test-size", "--val-size",
+                                  "--label-smoothing", "--image-size"])
+def test_every_numeric_flag_is_range_checked_before_any_work(flag, capsys):
+    for value in (HUGE, "-1", "nan"):
+        if flag in ("--lr", "--momentum", "--weight-decay") and value == HUGE:
+            continue  # a large float is a valid (if unwise) setting; it diverges with one line
+        assert main([flag, value, "--epochs" if flag != "--epochs" else "--seed", "1"]) == 2, (flag, value)
+        err = capsys.readouterr().err
+        assert err.startswith("train.py: error: ") and err.count("\n") == 1, err
+
+
+def test_augment_terms_are_range_checked_before_any_work(capsys):
+    for spec in (f"shift:{HUGE}", f"crop:{HUGE},flip"):
+        assert main(["--augment", spec]) == 2
+        err = capsys.readouterr().err
+        assert "more than 4096 pixels" in err and err.count("\n") == 1, err
+    assert main(["--augment", "shift:8", "--epochs", "1"]) == 2  # digits are 8x8: refused before training
+    err = capsys.readouterr().err
+    assert "moves a 8x8 image out of view" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_hostile_folder_loads_the_same_at_every_thread_count_in_fresh_processes(tmp_path):
+    r = subprocess.run([sys.executable, "benchmarks/hostile_folder.py", "--pictures", "120", "--processes",
+                        "2", "--threads", "1,2,8", "--dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "every load the same: yes"
+    # 120 pictures, 12 hostile: the 2 folder links are not pictures; the 2 bombs, 2 looping and 1
+    # dangling links and 1 truncated file are skipped; 16-bit, palette, CMYK and EXIF-rotated ones load
+    assert all("pictures 112, skipped 6," in line for line in lines[1:4]), lines
