@@ -20,7 +20,8 @@ from .layers import (
     Residual,
     Tanh,
 )
-from .network import Sequential, softmax_cross_entropy
+from .loss import softmax_cross_entropy
+from .network import Sequential
 from .onnx_export import export_onnx
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSProp, make_optimizer
 from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate

@@ -8,6 +8,7 @@ from typing import Any
 import numba
 
 from . import prebuilt
+from ._flags import FASTMATH, KERNEL_OPT
 
 
 def _wide_vectors() -> None:
@@ -36,12 +37,6 @@ def _wide_vectors() -> None:
 
 _wide_vectors()
 
-# Fast-math without 'nnan'/'ninf': reductions may be reordered and vectorised, but NaN and inf
-# keep their IEEE meaning, so max pooling's "NaN is the maximum" and divergence checks still work.
-# Without 'contract' too: with it, LLVM fused multiply-adds into FMAs differently in a fresh compile
-# and in the code numba's disk cache hands back, so the first run (compiling) and later runs
-# (cached) of the same seed gave different weights (tests/test_network.py checks it).
-FASTMATH = set({"nsz", "reassoc"})
 
 # Parts of a batch in the conv backward, for race-free gradient reduction: a batch of N examples is
 # split into min(N, GRAD_PARTS) parts of (nearly) equal size, each part's weight gradient is summed
@@ -58,10 +53,6 @@ def grad_parts(n: int) -> int:
 _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 
 
-# LLVM optimisation level of the kernels (numba's default is 3): about a third less compile time at
-# the same training speed (docs/performance.md). Only the kernels' own compilations see it: numba's
-# level is restored for everything else.
-KERNEL_OPT = 2
 
 
 def _compile_at_kernel_opt(compile_sig):

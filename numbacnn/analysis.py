@@ -23,7 +23,8 @@ from .layers import (
     Residual,
     Tanh,
 )
-from .network import Sequential, softmax_cross_entropy
+from .loss import softmax_cross_entropy
+from .network import Sequential
 
 
 def as_net(model: Any, x: np.ndarray, y: np.ndarray | None = None

@@ -146,7 +146,7 @@ def compile_step(net: Any, x: np.ndarray) -> None:
     dropout generators and BatchNorm's running statistics are restored; the gradients are
     overwritten by the next backward)."""
     from .layers import Dropout
-    from .network import softmax_cross_entropy
+    from .loss import softmax_cross_entropy
 
     rngs = [(layer, layer.generator_state()) for layer in net.all_layers() if isinstance(layer, Dropout)]
     buffers = {k: np.array(v) for k, v in net._buffer_views().items()}

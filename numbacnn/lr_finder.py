@@ -26,9 +26,9 @@ class LRFinding:
 
     def plot(self, path: str) -> None:
         """Save loss against learning rate (log axis) as a picture (needs matplotlib: [plot])."""
-        from .report import _figure
+        from .report import figure
 
-        fig = _figure(6, 4)
+        fig = figure(6, 4)
         ax = fig.add_subplot()
         ax.plot(self.lrs, self.losses)
         ax.set_xscale("log")

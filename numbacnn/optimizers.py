@@ -2,11 +2,26 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .network import Sequential
+
+class Model(Protocol):
+    """What an optimizer uses of a network (numbacnn's ``Sequential``): its flat parameter and
+    gradient buffers, where they live and the backend that updates them."""
+
+    @property
+    def params(self) -> Any: ...
+    @property
+    def grads(self) -> Any: ...
+    @property
+    def n_params(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def backend(self) -> Any: ...
+
 
 
 def _check_hparam(name: str, value: Any, low: float = 0.0, high: float = math.inf,
@@ -29,8 +44,8 @@ class Optimizer:
     name = "optimizer"
     state_names: tuple[str, ...] = ()
 
-    def __init__(self, net: Sequential, lr: float) -> None:
-        if not isinstance(net, Sequential):
+    def __init__(self, net: Model, lr: float) -> None:
+        if not all(hasattr(net, a) for a in ("params", "grads", "n_params", "backend")):
             raise ValueError(f"{type(self).__name__} needs a numbacnn Sequential, got {type(net).__name__}")
         self.net = net
         self.lr = _check_hparam("lr", lr, 0.0, low_open=True)
@@ -82,7 +97,7 @@ class SGD(Optimizer):
     name = "sgd"
     state_names = ("momentum_buffer",)
 
-    def __init__(self, net: Sequential, lr: float, momentum: float = 0.0, nesterov: bool = False,
+    def __init__(self, net: Model, lr: float, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, dampening: float = 0.0) -> None:
         super().__init__(net, lr)
         self.momentum = _check_hparam("momentum", momentum, 0.0)
@@ -108,7 +123,7 @@ class RMSProp(Optimizer):
     name = "rmsprop"
     state_names = ("square_avg", "grad_avg", "momentum_buffer")
 
-    def __init__(self, net: Sequential, lr: float = 0.01, alpha: float = 0.99, eps: float = 1e-8,
+    def __init__(self, net: Model, lr: float = 0.01, alpha: float = 0.99, eps: float = 1e-8,
                  momentum: float = 0.0, centered: bool = False, weight_decay: float = 0.0) -> None:
         super().__init__(net, lr)
         self.alpha = _check_hparam("alpha", alpha, 0.0, 1.0)
@@ -134,7 +149,7 @@ class Adam(Optimizer):
     name = "adam"
     state_names = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, net: Sequential, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, net: Model, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         super().__init__(net, lr)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -163,7 +178,7 @@ class AdamW(Adam):
     name = "adamw"
     decoupled = True
 
-    def __init__(self, net: Sequential, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, net: Model, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:
         super().__init__(net, lr, betas, eps, weight_decay)
 
@@ -171,7 +186,7 @@ class AdamW(Adam):
 OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam, "adamw": AdamW}
 
 
-def make_optimizer(name: str, net: Sequential, **kwargs: Any) -> Optimizer:
+def make_optimizer(name: str, net: Model, **kwargs: Any) -> Optimizer:
     """Build an optimizer by name ("sgd", "rmsprop", "adam", "adamw")."""
     key = str(name).lower()
     if key not in OPTIMIZERS:

@@ -48,9 +48,9 @@ _BUILD_ENV = "NUMBACNN_PREBUILT_BUILD"  # set in the build's child processes: th
 
 def source_stamp() -> str:
     """SHA-256 over the kernels' sources (numbacnn/kernels/cpu/*.py, in name order) and the compile
-    flags that ``_config.kernel`` gives them: compiled code depends on every helper a kernel inlines
-    and on those flags, and on nothing else (not on the plans, layers or docs)."""
-    from . import _config
+    flags that ``_config.kernel`` gives them (``_flags``): compiled code depends on every helper a
+    kernel inlines and on those flags, and on nothing else (not on the plans, layers or docs)."""
+    from . import _flags
 
     folder = os.path.join(PACKAGE, "kernels", "cpu")
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
@@ -59,7 +59,7 @@ def source_stamp() -> str:
         h.update(os.path.relpath(path, PACKAGE).encode() + b"\0")
         with open(path, "rb") as f:
             h.update(f.read())
-    h.update(repr((sorted(_config.FASTMATH), _config.KERNEL_OPT)).encode())
+    h.update(repr((sorted(_flags.FASTMATH), _flags.KERNEL_OPT)).encode())
     return h.hexdigest()
 
 

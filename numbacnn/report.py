@@ -32,7 +32,8 @@ def require_matplotlib() -> None:
         raise ReportError(f"the report needs matplotlib: {EXTRA}") from None
 
 
-def _figure(w: float, h: float):
+def figure(w: float, h: float):
+    """A matplotlib Figure of w x h inches (constrained layout, no pyplot); needs [plot]."""
     require_matplotlib()
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
 
@@ -53,7 +54,7 @@ def _image(ax, a: np.ndarray, title: str = "", cmap: str = "gray", **kw) -> Any:
 # --- figures -------------------------------------------------------------------------------------
 def plot_learning_curves(history: list[dict[str, Any]]):
     """Loss and accuracy per epoch (train, validation, test: whichever the history holds)."""
-    fig = _figure(8, 3)
+    fig = figure(8, 3)
     axes = fig.subplots(1, 2)
     epochs = [h.get("epoch", i + 1) for i, h in enumerate(history)]
     for ax, metric in zip(axes, ("loss", "accuracy")):
@@ -75,7 +76,7 @@ def plot_confusion(model: Any, x: np.ndarray, y: np.ndarray, class_names: list[s
     net, images, labels = A.as_net(model, x, y)
     n_classes = net.output_shape(images.shape[1:])[0]
     pred = net.predict(images)
-    fig = _figure(6, 5.5)
+    fig = figure(6, 5.5)
     ax = fig.subplots()
     ConfusionMatrixDisplay.from_predictions(labels, pred, labels=list(range(n_classes)),
                                             display_labels=class_names, ax=ax, colorbar=False)
@@ -91,7 +92,7 @@ def plot_worst_examples(model: Any, x: np.ndarray, y: np.ndarray, class_names: l
     names = class_names or [str(i) for i in range(int(max(worst["true"].max(), worst["pred"].max())) + 1)]
     cols = min(8, len(worst["index"]))
     rows = -(-len(worst["index"]) // cols)
-    fig = _figure(1.4 * cols, 1.6 * rows)
+    fig = figure(1.4 * cols, 1.6 * rows)
     axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
     for ax in axes:
         ax.axis("off")
@@ -106,7 +107,7 @@ def plot_saliency(model: Any, x: np.ndarray, y: np.ndarray, k: int = 4):
     worst = A.top_losses(model, x, y, k)
     _, images, _ = A.as_net(model, x)
     sal = A.saliency(model, np.asarray(x)[worst["index"]], np.asarray(y)[worst["index"]])
-    fig = _figure(2.6 * len(worst["index"]), 2.8)
+    fig = figure(2.6 * len(worst["index"]), 2.8)
     axes = np.atleast_2d(fig.subplots(2, len(worst["index"])).T)
     for (a_img, a_sal), i, s in zip(axes, worst["index"], sal):
         _image(a_img, images[i], f"example {i}")
@@ -120,7 +121,7 @@ def plot_filters(model: Any, max_filters: int = 32):
     w = A.first_layer_filters(model)[:max_filters]
     cols = min(8, len(w))
     rows = -(-len(w) // cols)
-    fig = _figure(1.1 * cols, 1.1 * rows + 0.4)
+    fig = figure(1.1 * cols, 1.1 * rows + 0.4)
     axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
     for ax in axes:
         ax.axis("off")
@@ -138,7 +139,7 @@ def plot_feature_maps(model: Any, x1: np.ndarray, channels: int = 8):
     maps = A.feature_maps(model, x1)
     if not maps:
         raise ReportError("the network has no convolution or pooling stage")
-    fig = _figure(1.2 * channels + 1.6, 1.3 * len(maps) + 0.4)
+    fig = figure(1.2 * channels + 1.6, 1.3 * len(maps) + 0.4)
     axes = np.atleast_2d(fig.subplots(len(maps), channels))
     for row, (name, a) in zip(axes, maps):
         for c, ax in enumerate(row):
@@ -158,7 +159,7 @@ def plot_routing_example(model: Any, x: np.ndarray, n: int = 0, stages=None):
     stages = A.routing(model, x) if stages is None else stages
     traces = A.trace_to_input(model, x, n, stages)
     _, images, _ = A.as_net(model, x)
-    fig = _figure(7.5, 2.6 * len(stages))
+    fig = figure(7.5, 2.6 * len(stages))
     axes = np.atleast_2d(fig.subplots(len(stages), 3))
     for (a_map, a_win, a_in), st, tr in zip(axes, stages, traces):
         ch = int(np.argmax(st.winners(n).sum((1, 2))))
@@ -176,7 +177,7 @@ def plot_routing_counts(model: Any, x: np.ndarray, stages=None, channels: int = 
     """Per pooling stage and channel: how many examples of the batch route gradient to each
     position (0: the position never wins a window in this batch)."""
     stages = A.routing(model, x) if stages is None else stages
-    fig = _figure(1.3 * channels + 0.8, 1.5 * len(stages) + 0.4)
+    fig = figure(1.3 * channels + 0.8, 1.5 * len(stages) + 0.4)
     axes = np.atleast_2d(fig.subplots(len(stages), channels))
     n = len(stages[0].argmax)
     for row, st in zip(axes, stages):
@@ -195,7 +196,7 @@ def plot_routing_shares(stages, change: list[float] | None = None):
     """Per pooling stage: the share of positions that never win in the batch, and (given the routing
     after the first epoch) the share of winners that moved since."""
     names = [st.name.split(" (")[0] for st in stages]
-    fig = _figure(7, 2.8)
+    fig = figure(7, 2.8)
     axes = fig.subplots(1, 2)
     axes[0].bar(names, [st.never_won() for st in stages], color="tab:gray")
     axes[0].set_ylim(0, 1)

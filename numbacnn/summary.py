@@ -9,11 +9,11 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .layers import Layer
-from .network import Sequential
 
 Shape = tuple[int, ...]
 
@@ -80,7 +80,7 @@ def _rows(layers: list[Layer], shape: Shape, prefix: str, depth: int, rows: list
     return shape
 
 
-def summarize(net: Sequential, input_shape: Shape | None = None, batch_size: int = 64,
+def summarize(net: Any, input_shape: Shape | None = None, batch_size: int = 64,
               optimizer: str = "adam", memory: bool = True) -> Summary:
     """The summary of ``net`` on per-example inputs of ``input_shape`` (default: the shape it
     knows). ``memory`` (CPU networks): run one training step at ``batch_size`` on a copy of the
@@ -98,8 +98,8 @@ def summarize(net: Sequential, input_shape: Shape | None = None, batch_size: int
     return Summary(rows, shape, net.n_params, buffers, macs, batch_size, optimizer, used)
 
 
-def _step_memory(net: Sequential, shape: Shape, batch_size: int, optimizer: str) -> dict[str, int]:
-    from .network import softmax_cross_entropy
+def _step_memory(net: Any, shape: Shape, batch_size: int, optimizer: str) -> dict[str, int]:
+    from .loss import softmax_cross_entropy
     from .optimizers import make_optimizer
 
     twin = copy.deepcopy(net)  # the step changes running statistics and dropout generators

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -17,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import augment as aug
+from ._text import interactive
 from .augment import Augment
 from .layers import BatchNorm1D
-from .network import Sequential, check_label_smoothing, softmax_cross_entropy
+from .loss import check_label_smoothing, softmax_cross_entropy
+from .network import Sequential
 from .optimizers import Optimizer
 from .program import StepProgram
 
@@ -495,15 +496,6 @@ class Trainer:
         for cb in callbacks:
             cb.on_train_end(self)
         return self.history
-
-
-def interactive() -> bool:
-    """Whether stderr is a terminal: live progress bars there, one line per epoch elsewhere
-    (a log file or a CI log would otherwise get every refresh of the bar)."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # replaced or closed streams
-        return False
 
 
 def format_epoch(s: dict[str, Any], epochs: int) -> str:

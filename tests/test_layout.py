@@ -81,3 +81,57 @@ def test_importing_the_model_imports_neither_benchmark_report_estimator_nor_skle
                  "numbacnn.cli", "sklearn"):
         assert name not in out, name
     assert "numbacnn.network" in out  # (the check itself ran)
+
+
+def _module_name(rel):
+    name = rel[:-3].replace(os.sep, ".")
+    return name.removesuffix(".__init__")
+
+
+def _import_graph():
+    """{module: the package's modules it imports}, every import counted (inside functions and
+    ``if TYPE_CHECKING:`` too); ``from .pkg import x`` points at the submodule x where x is one,
+    else at the package."""
+    trees = dict(_modules(PKG))
+    names = {_module_name(rel) for rel in trees}
+    graph = {}
+    for rel, tree in trees.items():
+        package = _module_name(rel) if rel.endswith("__init__.py") else _module_name(rel).rpartition(".")[0]
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for a in node.names:
+                    if f"{base}.{a.name}" in names:
+                        out.add(f"{base}.{a.name}")
+                    elif base in names:
+                        out.add(base)
+        out.discard(_module_name(rel))
+        graph[_module_name(rel)] = out
+    return graph
+
+
+def test_no_import_circles():
+    """Imports run downward only: no module reaches itself through the modules it imports."""
+    graph = _import_graph()
+    state: dict = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                cycle = path[path.index(n):] + [n]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])

@@ -155,7 +155,7 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
     (the shipped binaries stay valid)."""
     import shutil
 
-    from numbacnn import _config
+    from numbacnn import _flags
 
     orig = prebuilt.source_stamp()
     copy = tmp_path / "numbacnn"
@@ -172,10 +172,10 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
         assert (prebuilt.source_stamp() != base) == changes, rel
         path.write_text(text)
     assert prebuilt.source_stamp() == base
-    monkeypatch.setattr(_config, "KERNEL_OPT", 3)
+    monkeypatch.setattr(_flags, "KERNEL_OPT", 3)
     assert prebuilt.source_stamp() != base
-    monkeypatch.setattr(_config, "KERNEL_OPT", 2)
-    monkeypatch.setattr(_config, "FASTMATH", {"nsz", "reassoc", "contract"})
+    monkeypatch.setattr(_flags, "KERNEL_OPT", 2)
+    monkeypatch.setattr(_flags, "FASTMATH", {"nsz", "reassoc", "contract"})
     assert prebuilt.source_stamp() != base
 
 

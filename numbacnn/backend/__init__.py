@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from .base import Backend, ConvGeometry, ConvPlan, Workspace
 
-_BACKENDS: dict[str, Backend] = {}
-
 
 def get_backend(device: str) -> Backend:
     """The backend of "cpu" or "cuda" (imported on first use; "cuda" needs numba.cuda, not a GPU)."""
-    if device not in _BACKENDS:
-        if device == "cpu":
-            from .cpu import CpuBackend
-            _BACKENDS[device] = CpuBackend()
-        elif device == "cuda":
-            from .cuda import CudaBackend
-            _BACKENDS[device] = CudaBackend()
-        else:
-            raise ValueError(f"unknown device {device!r}; choose 'cpu' or 'cuda'")
-    return _BACKENDS[device]
+    if device == "cpu":
+        from .cpu import CpuBackend
+        return CpuBackend.instance()
+    if device == "cuda":
+        from .cuda import CudaBackend
+        return CudaBackend.instance()
+    raise ValueError(f"unknown device {device!r}; choose 'cpu' or 'cuda'")
 
 
 __all__ = ["Backend", "ConvGeometry", "ConvPlan", "Workspace", "get_backend"]

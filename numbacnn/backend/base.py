@@ -121,8 +121,15 @@ class Backend:
     name = ""
     kernels: Any = None  # the module of this device's kernels (numbacnn.kernels.cpu or .cuda)
 
-    def __reduce__(self):  # backends are stateless singletons: pickle them by name
-        return (_backend_named, (self.name,))
+    @classmethod
+    def instance(cls) -> Backend:
+        """The one backend of this class (backends are stateless singletons)."""
+        if cls not in _INSTANCES:
+            _INSTANCES[cls] = cls()
+        return _INSTANCES[cls]
+
+    def __reduce__(self):  # pickled as "the instance of its class", unpickled as the same object
+        return (type(self).instance, ())
 
     # --- arrays ---------------------------------------------------------------------------------
     def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
@@ -294,7 +301,4 @@ class Backend:
         launch(self.kernels.softmax, out, logits)
 
 
-def _backend_named(name: str) -> Backend:
-    from . import get_backend
-
-    return get_backend(name)
+_INSTANCES: dict[type, Backend] = {}

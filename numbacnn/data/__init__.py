@@ -18,12 +18,9 @@ from typing import Any
 import numpy as np
 
 from .._files import is_npz, looks_like
+from .error import DataError
 
 MAX_LABEL = 255  # MNIST-like labels are small non-negative integers (IDX stores them as bytes)
-
-
-class DataError(ValueError):
-    """A data file or array that cannot be used; the message names the file and the problem."""
 
 
 @dataclass

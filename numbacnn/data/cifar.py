@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import DataError
+from .error import DataError
 
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .._text import install_hint
-from . import DataError
+from .._text import install_hint, interactive
+from .error import DataError
 
 EXTRA = install_hint("image")
 PICTURES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -290,8 +290,6 @@ def _map(fn: Callable, items: list, desc: str, progress: bool, threads: int | No
     with ThreadPoolExecutor(workers) as pool:
         results = pool.map(fn, items, chunksize=max(1, len(items) // (workers * 8)))
         if progress:
-            from ..training import interactive
-
             if interactive():
                 from tqdm.auto import tqdm
 

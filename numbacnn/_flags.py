@@ -1,0 +1,14 @@
+"""The kernels' compile flags, chosen here: ``_config.kernel`` compiles with them and
+``prebuilt`` keys the shipped binaries by them."""
+
+# Fast-math without 'nnan'/'ninf': reductions may be reordered and vectorised, but NaN and inf
+# keep their IEEE meaning, so max pooling's "NaN is the maximum" and divergence checks still work.
+# Without 'contract' too: with it, LLVM fused multiply-adds into FMAs differently in a fresh compile
+# and in the code numba's disk cache hands back, so the first run (compiling) and later runs
+# (cached) of the same seed gave different weights (tests/test_network.py checks it).
+FASTMATH = set({"nsz", "reassoc"})
+
+# LLVM optimisation level of the kernels (numba's default is 3): about a third less compile time at
+# the same training speed (docs/performance.md). Only the kernels' own compilations see it: numba's
+# level is restored for everything else.
+KERNEL_OPT = 2
