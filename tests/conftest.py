@@ -39,3 +39,17 @@ def run_without(module, command, argv, **kw):
             f"sys.exit(cli.main(sys.argv[1:], command=getattr(cli, {command!r})))")
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           timeout=300, cwd=ROOT, **kw)
+
+
+# The everyday tier, `python -m pytest -m "not slow"`, leaves out what takes more than about 3 s on 2
+# cores: tests marked slow where they stand, and here the large cases of parametrized tests (100 or
+# more examples, or named below). The whole suite (CI's run) runs everything.
+SLOW_CASES = ("winograd+fused pool", "2-64-34-30-64", "17-12-14-14-32", "5-12-16-14-64")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("N", 0) >= 100 or any(c in item.nodeid for c in SLOW_CASES):
+            item.add_marker(pytest.mark.slow)

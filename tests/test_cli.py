@@ -24,6 +24,7 @@ def npz(tmp_path):
     return tiny_npz(tmp_path / "tiny.npz", 120)
 
 
+@pytest.mark.slow
 def test_default_digits_run_reaches_98_percent(tmp_path):
     """The README's digits row: seeds 0-2 reach 98 % in the median (360 test images: a seed may
     land 2-3 images either side)."""
@@ -182,6 +183,7 @@ def test_divergence_stops_with_advice_and_keeps_last_checkpoint(tmp_path, npz, c
     assert ck.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_sigint_saves_resumable_checkpoint_and_resume_matches(tmp_path):
     """A real Ctrl-C in a child process: exit 130, a checkpoint, and a resume that equals a full run."""
     ck = tmp_path / "ck.npz"
@@ -215,6 +217,7 @@ def test_python_dash_m_entry_point(npz):
     assert r.returncode == 2 and "--lr" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(MNIST_DIR), reason="shared MNIST test set not present")
 def test_short_real_mnist_run(tmp_path):
     out = tmp_path / "m.json"
@@ -379,6 +382,7 @@ def _cli(*argv, **kw):
                           timeout=300, cwd=ROOT, **kw)
 
 
+@pytest.mark.slow
 def test_help_lists_the_subcommands_and_their_errors_name_them():
     for argv in (["--help"], ["help"]):
         r = _cli(*argv)
@@ -411,6 +415,7 @@ def test_files_that_are_not_what_they_claim_get_one_line_naming_what_they_look_l
     assert f"{text}: not an IDX file" in r.stderr and "it looks like a text file" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_predict_refuses_pixels_on_a_scale_of_their_own(tmp_path, capsys):
     ck = tmp_path / "ck.npz"
     assert main(TINY + ["--data", tiny_npz(tmp_path / "t.npz", 60), "--save", str(ck)]) == 0

@@ -25,6 +25,7 @@ def test_asking_for_cuda_without_a_gpu_is_a_clear_error(capsys):
         nc.Sequential([nc.Dense(3, 2)], device="tpu")
 
 
+@pytest.mark.slow
 def test_cuda_kernels_in_simulator_or_on_gpu():
     """Run tests/cuda_checks.py in a fresh process (the simulator must be enabled before numba loads)."""
     env = dict(os.environ)

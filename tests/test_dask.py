@@ -14,6 +14,8 @@ from sklearn.datasets import load_digits
 
 from numbacnn import CNNClassifier
 
+pytestmark = pytest.mark.slow  # real Dask clusters and worker processes
+
 SEARCH = """
 import json, sys
 import joblib

@@ -17,7 +17,9 @@ from numbacnn.cli import main
 
 pytest.importorskip("mpi4py")
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install numbacnn[mpi])")
+# every test launches mpiexec: the slow tier
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install 'numbacnn[mpi]')")]
 TRAIN = os.path.join(ROOT, "train.py")
 ARCH = "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu,dropout(0.3)"
 # Weights after a few steps on 2 ranks equal one process's within float32 rounding of the summed

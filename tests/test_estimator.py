@@ -85,6 +85,7 @@ def test_inputs_are_standardised_with_one_scalar_mean_and_std(digits):
                                rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_readme_cross_validation_score_on_digits():
     """README: cross_val_score(CNNClassifier(random_state=0), X, y, cv=5) gives 0.977 on digits."""
     X, y = load_digits(return_X_y=True)
@@ -115,6 +116,7 @@ def test_partial_fit(digits):
         clf.partial_fit(X[:10, :20], y[:10])
 
 
+@pytest.mark.slow
 def test_pipeline_gridsearch_parallel_clone_and_pickle(digits):
     X, y = digits
     pipe = make_pipeline(MinMaxScaler(), CNNClassifier(**{**SMALL, "max_epochs": 5}))

@@ -37,6 +37,7 @@ def small_net(seed=0):
         nc.Dense(4, 6), nc.ReLU(), nc.Dense(6, 3)], seed=seed)
 
 
+@pytest.mark.slow
 def test_whole_network_gradient_matches_finite_differences(rng):
     net = small_net()
     x = f32(rng.standard_normal((4, 2, 9, 9)))

@@ -40,6 +40,7 @@ def _perturbed(net, rng):
     net.load_state_dict(state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_bn_residual_gap_network_gradients_match_finite_differences(rng, smoothing):
     net = _bn_net()
@@ -373,6 +374,7 @@ def _colour_bars(rng, n):
     return f32(x), y
 
 
+@pytest.mark.slow
 def test_resnet8_learns_a_colour_32x32_task(rng):
     """resnet8 (MLPerf Tiny's) trained on colour 32x32 images through the training recipe
     (Normalize per channel, as train.py does for colour data) tells colours and orientations

@@ -208,6 +208,7 @@ for name, (spec, shape) in SPECS.items():
 """
 
 
+@pytest.mark.slow
 def test_results_identical_for_1_2_3_and_16_threads():
     """Gradient parts reduced in a fixed order: the thread count does not change any bit, for
     every conv strategy (grouped backward GEMMs and Winograd included), fused and unfused
@@ -294,6 +295,7 @@ print(" ".join(digests))
 """
 
 
+@pytest.mark.slow
 def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path):
     """The first run of a seed (compiling) and later runs (loading numba's cache) give the same
     bits: with fast-math 'contract', LLVM fused multiply-adds differently in the two, and with

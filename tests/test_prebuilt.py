@@ -66,6 +66,7 @@ def _levels_this_host_runs():
 
 
 @needs_level
+@pytest.mark.slow
 def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path):
     """Every level this host can run (on an AVX-512 host both: the default and the x86-64-v3 cap)."""
     native, cache = _train(tmp_path, "native", NUMBACNN_PREBUILT="0")
@@ -189,6 +190,7 @@ K.tanh_forward(x, x)
 
 
 @needs_level
+@pytest.mark.slow
 @pytest.mark.parametrize("switch, expected", [("1", 1), ("0", 0)])
 def test_compiling_because_the_tier_cannot_serve_says_so_in_one_line(tmp_path, switch, expected):
     """A kernel file edited after the build (the shipped tier is stale): the first compile says so,

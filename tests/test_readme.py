@@ -19,6 +19,7 @@ def test_readme_has_python_blocks():
     assert len(blocks) >= 3 and all(b.strip() for b in blocks)
 
 
+@pytest.mark.slow
 def test_every_readme_python_block_runs_in_order(tmp_path, monkeypatch, capsys):
     pytest.importorskip("onnx")  # the export block
     monkeypatch.chdir(tmp_path)

@@ -192,6 +192,7 @@ _PY_MODE_SPECS = [  # every conv strategy, fused and unfused pooling, padding an
 ]
 
 
+@pytest.mark.slow
 def test_python_mode_runs_the_same_kernels_with_numpy_bounds_checks(tmp_path):
     """Under NUMBA_DISABLE_JIT=1 (debugging, coverage) every kernel runs as Python, where NumPy
     raises on an out-of-bounds index (compiled code would read past the array silently), and

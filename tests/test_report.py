@@ -169,6 +169,7 @@ def _check_page(out_dir, expect=FIGURES):
     return page
 
 
+@pytest.mark.slow
 def test_report_after_training_and_from_the_checkpoint(tmp_path, npz):
     pytest.importorskip("matplotlib")
     out, ck = str(tmp_path / "report"), str(tmp_path / "ck.npz")
@@ -182,6 +183,7 @@ def test_report_after_training_and_from_the_checkpoint(tmp_path, npz):
     assert "epoch: not recorded" in _check_page(str(tmp_path / "again"))
 
 
+@pytest.mark.slow
 def test_report_on_ctrl_c_with_what_exists(tmp_path, npz, monkeypatch):
     pytest.importorskip("matplotlib")
     orig = nc.Trainer.train_epoch

@@ -63,6 +63,7 @@ def test_bombs_are_skipped_and_named_at_any_thread_count_without_pillows_warning
         assert all("decompression-bomb limit" in why for _, why in got.skipped)
 
 
+@pytest.mark.slow
 def test_a_real_bomb_prints_one_named_line_and_no_pillow_warning(tmp_path):
     root = tmp_path / "pics"
     _folder(str(root), n=6)
@@ -159,6 +160,7 @@ def _json_edit(fn):
     return change
 
 
+@pytest.mark.slow
 def test_hand_edited_checkpoint_metadata_is_one_line_everywhere(tmp_path, capsys):
     data = tiny_npz(tmp_path / "t.npz", 60)
     ck = str(tmp_path / "ck.npz")
