@@ -151,9 +151,8 @@ def _class_dirs(root: str) -> list[str]:
 
 def _pictures_under(directory: str) -> list[str]:
     out = []
-    for here, dirs, files in os.walk(directory, followlinks=False):
-        real = [d for d in dirs if not os.path.islink(os.path.join(here, d))]  # links to folders
-        dirs[:] = sorted(d for d in real if not d.startswith("."))
+    for here, dirs, files in os.walk(directory, followlinks=False):  # links to folders: not walked
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         out += [os.path.join(here, f) for f in sorted(files)
                 if not f.startswith(".") and os.path.splitext(f)[1].lower() in PICTURES]
     return out
