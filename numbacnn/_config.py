@@ -53,8 +53,6 @@ def grad_parts(n: int) -> int:
 _CACHE = os.environ.get("NUMBACNN_NO_CACHE", "") == ""
 
 
-
-
 def _compile_at_kernel_opt(compile_sig):
     """Wrap a dispatcher's ``compile(sig)`` so that it runs with numba.config.OPT = KERNEL_OPT
     (callees compiled on the way, such as the kernels' helpers and parfor bodies, included).

@@ -61,7 +61,7 @@ def _eight_bit(Image, img):
     if img.mode not in WIDE_GREY:
         return img
     a = np.asarray(img).astype(np.int64)
-    return Image.fromarray(np.clip((a + 128) // 257, 0, 255).astype(np.uint8), mode="L")
+    return Image.fromarray(np.clip((a + 128) // 257, 0, 255).astype(np.uint8))  # mode "L"
 
 
 _QUARTER_TURNS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
@@ -95,7 +95,7 @@ def read_picture(path: str, channels: int, size: tuple[int, int]) -> np.ndarray:
     try:
         with Image.open(path) as opened:
             _refuse_bomb(Image, opened, path)
-            img = _upright(_eight_bit(Image, opened)).convert("L" if channels == 1 else "RGB")
+            img = _eight_bit(Image, _upright(opened)).convert("L" if channels == 1 else "RGB")
             if img.size != (w, h):
                 img = img.resize((w, h), Image.Resampling.BILINEAR)
             a = np.asarray(img, dtype=np.uint8)
