@@ -77,7 +77,8 @@ def _compile_at_kernel_opt(compile_sig):
 NO_CACHE_WARNING = (
     "numbacnn: no writable cache directory for numba (the package's directory and the user cache are "
     "read-only), so every process compiles again the kernels that are not prebuilt for this machine "
-    "(20-40 s for a whole training step); set NUMBA_CACHE_DIR to a writable directory to cache them")
+    "(about 3 minutes for a training step on 2 cores); set NUMBA_CACHE_DIR to a writable directory to "
+    "cache them")
 
 
 def kernel(parallel: bool = True, fastmath: bool = True, inline: bool = False):

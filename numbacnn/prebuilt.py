@@ -1,5 +1,5 @@
 """Kernels compiled ahead of time for fixed x86-64 levels and shipped with the package: a new install
-loads them the way numba loads its own disk cache, instead of compiling for 20-40 s.
+loads them the way numba loads its own disk cache, instead of compiling for minutes.
 
 numba's disk cache is keyed by the source file's modification time and by the exact host CPU, so a
 fresh install (new checkout, new virtualenv, new machine) always starts cold. The prebuilt tier is
@@ -209,8 +209,8 @@ class TieredCache:
         return index is not None and not os.path.exists(index)
 
 
-NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run takes 20-40 s, "
-          "later runs load them from numba's cache")
+NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run compiles for a few "
+          "minutes (about 3 on 2 cores), later runs load them from numba's cache")
 
 
 def _notice_once() -> None:

@@ -19,7 +19,7 @@ needs_level = pytest.mark.skipif(not prebuilt.status()["usable"], reason="no pre
 
 def test_the_shipped_kernels_are_built_from_the_current_sources():
     """Fails after a kernel or _config.py changes until ``python dev/build_prebuilt.py`` is run (else
-    every new install compiles for 20-40 s again)."""
+    every new install compiles for minutes again)."""
     info = prebuilt.status()
     assert info["shipped"] == sorted(prebuilt.LEVELS), info
     for level in info["shipped"]:
