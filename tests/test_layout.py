@@ -19,19 +19,22 @@ def _modules(folder):
                     yield os.path.relpath(path, ROOT), ast.parse(fh.read())
 
 
+def _from_module(node, rel):
+    """The absolute module of ``from X import ...`` in file rel (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = os.path.dirname(rel).replace(os.sep, ".").split(".")
+    return ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+
+
 def _imported(tree, rel):
     """Absolute module names a file imports (relative imports resolved against its package)."""
-    package = os.path.dirname(rel).replace(os.sep, ".")
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(node, rel)
             out.add(mod)
             out.update(f"{mod}.{a.name}" for a in node.names)
     return out
@@ -96,17 +99,12 @@ def _import_graph():
     names = {_module_name(rel) for rel in trees}
     graph = {}
     for rel, tree in trees.items():
-        package = _module_name(rel) if rel.endswith("__init__.py") else _module_name(rel).rpartition(".")[0]
         out = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 out.update(a.name for a in node.names if a.name in names)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
+                base = _from_module(node, rel)
                 for a in node.names:
                     if f"{base}.{a.name}" in names:
                         out.add(f"{base}.{a.name}")
