@@ -5,6 +5,7 @@ from .augment import Augment
 from .checkpoint import CheckpointError, load, load_checkpoint, save
 from .data import DataError, Dataset, load_dataset
 from .layers import (
+    GELU,
     AvgPool2D,
     BatchNorm1D,
     BatchNorm2D,
@@ -44,5 +45,5 @@ __all__ = [
     "Adam", "AvgPool2D", "Conv2D", "Dense", "Dropout", "Flatten", "Layer", "MaxPool2D", "Optimizer",
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
-    "AdamW", "Augment", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
+    "AdamW", "Augment", "GELU", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
 ]

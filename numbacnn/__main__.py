@@ -3,7 +3,8 @@
 ``python -m numbacnn export CHECKPOINT OUT.onnx``: the saved network as an ONNX model;
 ``python -m numbacnn predict CHECKPOINT FILE...``: the predicted class of each image;
 ``python -m numbacnn find-lr --data PATH --arch A``: a suggested learning rate;
-``python -m numbacnn summary --arch A --input C,H,W``: the network's layers, parameters and memory."""
+``python -m numbacnn summary --arch A --input C,H,W``: the network's layers, parameters and memory;
+``python -m numbacnn compile``: the kernels compiled ahead of the first run."""
 import sys
 
 from .cli import COMMANDS, main

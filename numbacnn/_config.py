@@ -81,17 +81,21 @@ NO_CACHE_WARNING = (
     "cache them")
 
 
-def kernel(parallel: bool = True, fastmath: bool = True, inline: bool = False):
+def kernel(parallel: bool = True, fastmath: bool = True, inline: bool = False, float_division: bool = False):
     """Decorator for CPU kernels: ``njit`` with the project's cache/parallel/fastmath flags,
     compiled at KERNEL_OPT, loaded from the prebuilt kernels shipped with the package when they
     match (``prebuilt.py``). Where numba finds no writable cache directory (a read-only install
     without NUMBA_CACHE_DIR), what is not prebuilt compiles in memory, after one warning.
     ``inline``: numba inlines the function into its callers' code (a helper called per channel,
-    with ten array arguments, cost more than its work)."""
+    with ten array arguments, cost more than its work). ``float_division``: divisions by zero give
+    inf or NaN as in numpy (numba's "numpy" error model) instead of raising ZeroDivisionError: the
+    check on every division kept LLVM from vectorising loops that divide (rational approximations)."""
     flags: dict[str, Any] = dict(parallel=parallel, nogil=True,
                                  fastmath=set(FASTMATH) if fastmath else False)
     if inline:
         flags["inline"] = "always"
+    if float_division:
+        flags["error_model"] = "numpy"
 
     def decorate(func):
         global _CACHE

@@ -10,19 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from .layers import (
-    AvgPool2D,
-    BatchNorm2D,
-    Conv2D,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2D,
-    MaxPool2D,
-    Normalize,
-    ReLU,
-    Residual,
-    Tanh,
-)
 from .loss import softmax_cross_entropy
 from .network import Sequential
 
@@ -80,11 +67,11 @@ def routing(model: Any, x: np.ndarray) -> list[PoolRouting]:
     inference-mode forward pass in which every layer runs on its own (``Sequential.unfused``:
     the values the fused kernels compute, with each pool's input and argmax there to read)."""
     net, images, _ = as_net(model, x)
-    fused = {i for i, layer in enumerate(net.layers) if isinstance(layer, MaxPool2D) and layer.fused}
+    fused = {i for i, layer in enumerate(net.layers) if layer.keeps_argmax and layer.writes_nothing()}
     out = []
 
     def visit(i: int, layer: Any, h_in: Any, h_out: Any) -> None:
-        if isinstance(layer, MaxPool2D):
+        if layer.keeps_argmax:
             maps = np.array(net.backend.to_host(h_in))
             out.append(PoolRouting(i, layer.name, i in fused, maps.shape[1:], layer.argmax, maps))
 
@@ -115,42 +102,12 @@ def trace_to_input(model: Any, x: np.ndarray, n: int = 0,
     for stage in stages:
         g = _through_pool(np.ones(stage.argmax.shape[1:], np.int64), stage, n)
         for j in range(stage.layer - 1, -1, -1):
-            layer = net.layers[j]
-            if isinstance(layer, MaxPool2D):
+            if j in by_layer:
                 g = _through_pool(g, by_layer[j], n)
             else:
-                g = _back_through(layer, g, shapes[j])
+                g = net.layers[j].trace_back(g, shapes[j])
         maps.append(g.sum(0))
     return maps
-
-
-def _back_through(layer: Any, g: np.ndarray, in_shape: tuple) -> np.ndarray:
-    """Path counts at a layer's output -> its input (``in_shape``): windows spread them over their
-    receptive fields, elementwise layers pass them on, a residual block adds its two paths."""
-    if isinstance(layer, (Conv2D, AvgPool2D)):
-        return _receptive(g, in_shape, layer.kernel_size, layer.stride, layer.padding,
-                          all_channels=isinstance(layer, Conv2D))
-    if isinstance(layer, (ReLU, Tanh, Dropout, Flatten, BatchNorm2D, Normalize)):
-        return g.reshape(in_shape)
-    if isinstance(layer, GlobalAvgPool2D):
-        return np.broadcast_to(g.reshape(-1, 1, 1), in_shape).copy()
-    if isinstance(layer, Residual):
-        total = np.zeros(in_shape, np.int64)
-        for path in (layer.body, layer.shortcut):
-            if not path:
-                total += g.reshape(in_shape)
-                continue
-            shapes = [tuple(in_shape)]
-            for sub in path:
-                shapes.append(sub.output_shape(shapes[-1]))
-            h = g
-            for j in range(len(path) - 1, -1, -1):
-                if isinstance(path[j], MaxPool2D):
-                    raise ValueError(f"cannot trace routing through a max pool inside {layer!r}")
-                h = _back_through(path[j], h, shapes[j])
-            total += h
-        return total
-    raise ValueError(f"cannot trace routing through {layer!r}")
 
 
 def _through_pool(g: np.ndarray, stage: PoolRouting, n: int) -> np.ndarray:
@@ -160,22 +117,6 @@ def _through_pool(g: np.ndarray, stage: PoolRouting, n: int) -> np.ndarray:
     for ch in range(c):
         np.add.at(out[ch], stage.argmax[n, ch].ravel(), g[ch].ravel())
     return out.reshape(c, h, w)
-
-
-def _receptive(g: np.ndarray, in_shape: tuple, k: tuple[int, int], s: tuple[int, int],
-               p: tuple[int, int], all_channels: bool) -> np.ndarray:
-    """Counts at a window layer's outputs -> every input cell of each output's window (summed over
-    the output channels and spread to every input channel for a convolution)."""
-    c, h, w = in_shape
-    (kh, kw), (sh, sw), (ph, pw) = k, s, p
-    oh, ow = g.shape[1:]
-    src = g.sum(0, keepdims=True) if all_channels else g
-    padded = np.zeros((src.shape[0], h + 2 * ph, w + 2 * pw), np.int64)
-    for ky in range(kh):
-        for kx in range(kw):
-            padded[:, ky:ky + sh * (oh - 1) + 1:sh, kx:kx + sw * (ow - 1) + 1:sw] += src
-    out = padded[:, ph:ph + h, pw:pw + w]
-    return np.repeat(out, c, axis=0) if all_channels else out
 
 
 def top_losses(model: Any, x: np.ndarray, y: np.ndarray, k: int = 16) -> dict[str, np.ndarray]:
@@ -216,8 +157,8 @@ def first_layer_filters(model: Any) -> np.ndarray:
     """The first convolution's weight (C_out, C_in, KH, KW)."""
     net = model if isinstance(model, Sequential) else model.net_
     for layer in net.layers:
-        if isinstance(layer, Conv2D):
-            return np.array(net.backend.to_host(layer.weight))
+        if layer.role == "conv":
+            return np.array(net.backend.to_host(layer.weight))  # type: ignore[union-attr]
     raise ValueError("the network has no convolution")
 
 
@@ -231,9 +172,10 @@ def feature_maps(model: Any, x1: np.ndarray) -> list[tuple[str, np.ndarray]]:
     def visit(i: int, layer: Any, h_in: Any, h: Any) -> None:
         prev = layers[i - 1] if i else None
         nxt = layers[i + 1] if i + 1 < len(layers) else None
-        conv_stage = (isinstance(layer, (ReLU, Tanh)) and isinstance(prev, Conv2D) and not prev.fused_pool) \
-            or (isinstance(layer, Conv2D) and not isinstance(nxt, (ReLU, Tanh)))
-        if (conv_stage or isinstance(layer, (MaxPool2D, AvgPool2D))) and np.ndim(h) == 4:
+        conv_stage = (layer.role == "activation" and prev is not None and prev.role == "conv"
+                      and not getattr(prev, "fused_pool", None)) \
+            or (layer.role == "conv" and (nxt is None or nxt.role != "activation"))
+        if (conv_stage or layer.role == "pool") and np.ndim(h) == 4:
             out.append((layer.name, np.array(net.backend.to_host(h))[0]))
 
     net.forward(images[:1], visit=visit)

@@ -9,22 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .layers import (
-    AvgPool2D,
-    BatchNorm1D,
-    BatchNorm2D,
-    Conv2D,
-    Dense,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2D,
-    Layer,
-    MaxPool2D,
-    Normalize,
-    ReLU,
-    Residual,
-    Tanh,
-)
+from .layers import TOKENS, Dense, Flatten, Layer, Normalize
 from .network import Sequential
 
 PRESETS: dict[str, str] = {
@@ -58,21 +43,6 @@ def resolve_preset(spec: str, input_shape: tuple[int, ...]) -> str:
         return "compact" if max(input_shape[1:]) <= 16 else "modern"
     return spec
 
-# name -> (positional parameter names, defaults)
-_GRAMMAR: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "conv": (("filters", "kernel_size", "stride", "padding"), {"stride": 1, "padding": 0}),
-    "maxpool": (("kernel_size", "stride", "padding"), {"stride": None, "padding": 0}),
-    "avgpool": (("kernel_size", "stride", "padding"), {"stride": None, "padding": 0}),
-    "dense": (("units",), {}),
-    "relu": ((), {}),
-    "tanh": ((), {}),
-    "dropout": (("p",), {"p": 0.5}),
-    "flatten": ((), {}),
-    "bn": (("eps", "momentum"), {"eps": 1e-5, "momentum": 0.1}),
-    "gap": ((), {}),
-    "res": ((), {}),  # res(layer, layer, ...): a residual block around those layers
-}
-_ALIASES = {"batchnorm": "bn", "globalavgpool": "gap"}
 _TOKEN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.S)
 
 
@@ -132,7 +102,8 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
         if not m:
             raise ArchitectureError(f"cannot parse {where}: expected name or name(args)")
         kind, argtext = m.group(1).lower(), m.group(2)
-        kind = _ALIASES.get(kind, kind)
+        if kind in TOKENS:
+            kind = TOKENS[kind].token  # type: ignore[assignment]  # an alias: the token itself
         if kind == "res":
             if argtext is None or not argtext.strip():
                 raise ArchitectureError(f"res needs the layers of its body at {where}, "
@@ -143,10 +114,10 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
                 raise ArchitectureError(f"in the residual block at {where}: {e}") from None
             out.append(LayerSpec("res", {"body": body}, token.strip()))
             continue
-        if kind not in _GRAMMAR:
+        if kind not in TOKENS:
             raise ArchitectureError(f"unknown layer {kind!r} at {where}; known layers: "
-                                    f"{', '.join(_GRAMMAR)} (or a preset: auto, {', '.join(PRESETS)})")
-        names, defaults = _GRAMMAR[kind]
+                                    f"{', '.join(known_tokens())} (or a preset: auto, {', '.join(PRESETS)})")
+        names, defaults = TOKENS[kind].token_args, TOKENS[kind].token_defaults
         args: dict[str, Any] = {}
         if argtext is not None and argtext.strip():
             for j, a in enumerate(_split_top(argtext)):
@@ -173,8 +144,9 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
     return out
 
 
-def _as_pair(v: Any) -> tuple[int, int]:
-    return (v[0], v[1]) if isinstance(v, (tuple, list)) and len(v) == 2 else (v, v)
+def known_tokens() -> list[str]:
+    """The layer names of the spec grammar (aliases left out), in the order the layers registered."""
+    return [name for name, cls in TOKENS.items() if cls.token == name]
 
 
 def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_classes: int,
@@ -200,102 +172,21 @@ def _build(specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool
            ) -> tuple[list[Layer], tuple[int, ...]]:
     """The layers of ``specs`` on per-example input ``shape``, and their output shape."""
     layers: list[Layer] = []
+
+    def build(nested: list[LayerSpec], in_shape: tuple[int, ...]) -> tuple[list[Layer], tuple[int, ...]]:
+        return _build(nested, in_shape, adapt)
+
     for ls in specs:
-        a = ls.args
         where = f"token {ls.token!r}"
         try:
-            if ls.kind == "dense" and len(shape) == 3:
-                layers.append(Flatten())
-                shape = layers[-1].output_shape(shape)
-            if ls.kind == "conv":
-                if len(shape) != 3:
-                    raise ArchitectureError(f"conv after flatten/dense at {where}")
-                k, s, p = _as_pair(a["kernel_size"]), _as_pair(a["stride"]), a["padding"]
-                if adapt:
-                    k, s, p = _adapt_conv(shape, k, s, p)
-                layers.append(Conv2D(shape[0], a["filters"], k, stride=s, padding=p))
-            elif ls.kind in ("maxpool", "avgpool"):
-                if len(shape) != 3:
-                    raise ArchitectureError(f"{ls.kind} after flatten/dense at {where}")
-                k = _as_pair(a["kernel_size"])
-                s = k if a["stride"] is None else _as_pair(a["stride"])
-                p = _as_pair(a["padding"])
-                if adapt:
-                    k, s, p = _adapt_pool(shape, k, s, p)
-                    if k == (1, 1) and s == (1, 1):
-                        continue  # nothing to pool along either axis
-                layers.append((MaxPool2D if ls.kind == "maxpool" else AvgPool2D)(k, stride=s, padding=p))
-            elif ls.kind == "dense":
-                layers.append(Dense(shape[0], a["units"]))
-            elif ls.kind == "flatten":
-                if len(shape) == 1:
-                    continue
-                layers.append(Flatten())
-            elif ls.kind == "relu":
-                layers.append(ReLU())
-            elif ls.kind == "tanh":
-                layers.append(Tanh())
-            elif ls.kind == "dropout":
-                layers.append(Dropout(a["p"]))
-            elif ls.kind == "bn":
-                bn = BatchNorm2D if len(shape) == 3 else BatchNorm1D
-                layers.append(bn(shape[0], eps=a["eps"], momentum=a["momentum"]))
-            elif ls.kind == "gap":
-                if len(shape) != 3:
-                    raise ArchitectureError(f"gap after flatten/dense at {where}")
-                layers.append(GlobalAvgPool2D())
-            elif ls.kind == "res":
-                layers.append(_residual(a["body"], shape, adapt, where))
-            shape = layers[-1].output_shape(shape)
+            for layer in TOKENS[ls.kind].from_spec(dict(ls.args), shape, adapt, build):
+                layers.append(layer)
+                shape = layer.output_shape(shape)
         except ArchitectureError:
             raise
         except (ValueError, TypeError) as e:
             raise ArchitectureError(f"at {where} (input {shape}): {e}") from None
     return layers, shape
-
-
-def _residual(body_specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool, where: str) -> Residual:
-    """A residual block; where the body changes the (C, H, W) shape, the shortcut is a projection:
-    a 1x1 convolution with the stride that maps the input grid onto the output's, then BatchNorm."""
-    body, out = _build(body_specs, shape, adapt)
-    if out == shape:
-        return Residual(body)
-    if len(out) != 3 or len(shape) != 3:
-        raise ArchitectureError(f"the residual block at {where} maps {shape} to {out}: no projection "
-                                f"shortcut for that (keep the body convolutional)")
-    stride = []
-    for ax in (1, 2):
-        s = -(-shape[ax] // out[ax])
-        if (shape[ax] - 1) // s + 1 != out[ax]:
-            raise ArchitectureError(f"the residual block at {where} maps {shape} to {out}: no 1x1 "
-                                    f"strided projection gives that shape")
-        stride.append(s)
-    short = [Conv2D(shape[0], out[0], 1, stride=(stride[0], stride[1])), BatchNorm2D(out[0])]
-    return Residual(body, short)
-
-
-def _adapt_conv(shape, k, s, p):
-    k, s = list(k), list(s)
-    pad = [p, p] if not isinstance(p, (str, tuple, list)) else (list(p) if not isinstance(p, str) else p)
-    if isinstance(pad, str):
-        pad = [kk // 2 for kk in k] if pad == "same" else [0, 0]
-    for ax in range(2):
-        size = shape[1 + ax]
-        if size == 1:
-            k[ax], s[ax], pad[ax] = 1, 1, 0
-        elif size + 2 * pad[ax] < k[ax]:
-            pad[ax] = k[ax] // 2 if k[ax] % 2 else 0
-            if size + 2 * pad[ax] < k[ax]:
-                k[ax], pad[ax] = size, 0
-    return tuple(k), tuple(s), tuple(pad)
-
-
-def _adapt_pool(shape, k, s, p):
-    k, s, p = list(k), list(s), list(p)
-    for ax in range(2):
-        if shape[1 + ax] < k[ax]:
-            k[ax], s[ax], p[ax] = 1, 1, 0
-    return tuple(k), tuple(s), tuple(p)
 
 
 def build_network(spec: str, input_shape: tuple[int, ...], n_classes: int,

@@ -147,82 +147,10 @@ def torch_twin(net):
     (and running statistics)."""
     import torch
 
-    nn = torch.nn
-    twin = nn.Sequential(*[_torch_module(layer, nn) for layer in net.layers])
+    twin = torch.nn.Sequential(*[layer.torch_twin(torch) for layer in net.layers])
     twin.load_state_dict({k: torch.from_numpy(v).reshape(twin.state_dict()[k].shape)
                           for k, v in net.state_dict().items()})
     return twin
-
-
-def _torch_module(layer, nn):
-    """The torch module of one numbacnn layer (the twin of ``torch_twin``)."""
-    from .layers import (
-        AvgPool2D,
-        BatchNorm1D,
-        BatchNorm2D,
-        Conv2D,
-        Dense,
-        Dropout,
-        Flatten,
-        GlobalAvgPool2D,
-        MaxPool2D,
-        Normalize,
-        ReLU,
-        Residual,
-        Tanh,
-    )
-
-    simple = {ReLU: nn.ReLU, Tanh: nn.Tanh, Flatten: nn.Flatten}
-    if isinstance(layer, Conv2D):
-        return nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride,
-                         layer.padding)
-    if isinstance(layer, Dense):
-        return nn.Linear(layer.in_features, layer.out_features)
-    if isinstance(layer, (MaxPool2D, AvgPool2D)):
-        pool = nn.MaxPool2d if isinstance(layer, MaxPool2D) else nn.AvgPool2d
-        return pool(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, Dropout):
-        return nn.Dropout(layer.p)
-    if isinstance(layer, BatchNorm2D):
-        bn = nn.BatchNorm1d if isinstance(layer, BatchNorm1D) else nn.BatchNorm2d
-        return bn(layer.num_features, eps=layer.eps, momentum=layer.momentum)
-    if isinstance(layer, GlobalAvgPool2D):
-        return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    if isinstance(layer, Residual):
-        return _torch_residual(nn)([_torch_module(sub, nn) for sub in layer.body],
-                                   None if layer.shortcut is None
-                                   else [_torch_module(sub, nn) for sub in layer.shortcut])
-    if isinstance(layer, Normalize):
-        return _torch_normalize(nn)(layer.num_channels)
-    if type(layer) in simple:
-        return simple[type(layer)]()
-    raise TypeError(f"no PyTorch twin for {layer!r}")
-
-
-def _torch_residual(nn):
-    class Residual(nn.Module):
-        def __init__(self, body, shortcut):
-            super().__init__()
-            self.body = nn.Sequential(*body)
-            self.shortcut = nn.Sequential(*shortcut) if shortcut is not None else nn.Identity()
-
-        def forward(self, x):
-            return self.body(x) + self.shortcut(x)
-    return Residual
-
-
-def _torch_normalize(nn):
-    import torch
-
-    class Normalize(nn.Module):  # torchvision.transforms.Normalize as a module with saved statistics
-        def __init__(self, channels):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(channels))
-            self.register_buffer("std", torch.ones(channels))
-
-        def forward(self, x):
-            return (x - self.mean[:, None, None]) / self.std[:, None, None]
-    return Normalize
 
 
 class _Torch:

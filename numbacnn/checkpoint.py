@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._files import is_npz, looks_like
-from .layers import Dropout, layer_from_config
+from .layers import layer_from_config
 from .network import Sequential
 
 FORMAT = "numbacnn-checkpoint"
@@ -91,7 +91,8 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
         "input_shape": list(net.input_shape) if net.input_shape else None,
         "classes": list(net.classes) if net.classes else None,
         "dropout_rng": [list(layer.generator_state()) for layer in net.all_layers()
-                        if isinstance(layer, Dropout)],
+                        if layer.draws_random],
+        "frozen": net.frozen(),
     }
     if optimizer is not None:
         info["optimizer"] = {"name": optimizer.name, "hyperparameters": optimizer.hyperparameters(),
@@ -152,7 +153,13 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
         net.load_state_dict(params)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    dropouts = [layer for layer in net.all_layers() if isinstance(layer, Dropout)]
+    names = {k for k, _ in net.param_slices()}
+    for name in meta.get("frozen", []):
+        if name not in names:
+            raise CheckpointError(f"{path}: the metadata freezes {name!r}, which is not a parameter")
+        i, _, pname = name.partition(".")
+        net.layers[int(i)].freeze(pname)
+    dropouts = [layer for layer in net.all_layers() if layer.draws_random]
     for layer, state in zip(dropouts, meta.get("dropout_rng", [])):
         layer.set_generator_state(*_dropout_state(state, path))
     opt_state = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
@@ -181,6 +188,7 @@ _META: dict[str, Any] = {
                                            and all(_is_int(d, 1) for d in v)),
     "classes": lambda v: v is None or (isinstance(v, list) and all(isinstance(c, str) for c in v)),
     "dropout_rng": lambda v: isinstance(v, list),
+    "frozen": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
     "optimizer": lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)
     and isinstance(v.get("hyperparameters", {}), dict),
     "training": lambda v: isinstance(v, dict),

@@ -141,9 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     t = p.add_argument_group("training")
     t.add_argument("--augment", type=_augment, default=None, metavar="TERMS",
                    help="per-batch augmentation of images: shift:N (random translations up to N "
-                   "pixels), crop:N (pad-and-crop, the same), flip (left-right; for natural images, "
-                   "not digits), comma-separated, e.g. crop:4,flip; none for none (default shift:2 on "
-                   "images above 16x16, else none)")
+                   "pixels, zero fill), crop:N (pad-and-crop, the same), translate:N (reflect fill), "
+                   "flip (left-right at random; for natural images, not digits), flip:alternate (each "
+                   "image's side drawn once, swapped every other epoch), comma-separated, e.g. "
+                   "crop:4,flip; none for none (default shift:2 on images above 16x16, else none)")
     t.add_argument("--early-stopping", type=_number(int, 1, False, MAX_COUNT), default=0,
                    metavar="PATIENCE",
                    help="stop when the validation loss has not improved for PATIENCE epochs and "
@@ -633,10 +634,17 @@ def main(argv: list[str] | None = None, command: Callable[[list[str] | None], in
         return 1
 
 
+def run_compile(argv: list[str] | None = None) -> int:
+    """``python -m numbacnn compile``: the kernels compiled ahead of the first run."""
+    from .compile import main as compile_main
+
+    return compile_main(argv)
+
+
 # the subcommands of ``python -m numbacnn`` (training is the default)
 COMMANDS: dict[str, Callable[[list[str] | None], int]] = {
     "summary": run_summary, "find-lr": run_find_lr, "predict": run_predict, "export": run_export,
-    "report": run_report}
+    "report": run_report, "compile": run_compile}
 PROGS: dict[Callable[[list[str] | None], int], str] = {
     f: f"python -m numbacnn {name}" for name, f in COMMANDS.items()}
 SUBCOMMANDS_HELP = """commands (python -m numbacnn COMMAND --help for each):
@@ -645,7 +653,8 @@ SUBCOMMANDS_HELP = """commands (python -m numbacnn COMMAND --help for each):
   find-lr    a suggested learning rate (the loss over a rising learning rate)
   predict    the predicted class of each image in a file
   export     a checkpoint as an ONNX model
-  report     the training report (HTML) of a checkpoint"""
+  report     the training report (HTML) of a checkpoint
+  compile    compile the kernels ahead of the first run (about 5 minutes on 2 cores)"""
 
 
 if __name__ == "__main__":  # pragma: no cover

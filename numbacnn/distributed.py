@@ -145,10 +145,9 @@ def compile_step(net: Any, x: np.ndarray) -> None:
     """Compile the training kernels of ``net`` on two examples, leaving its state as it was (the
     dropout generators and BatchNorm's running statistics are restored; the gradients are
     overwritten by the next backward)."""
-    from .layers import Dropout
     from .loss import softmax_cross_entropy
 
-    rngs = [(layer, layer.generator_state()) for layer in net.all_layers() if isinstance(layer, Dropout)]
+    rngs = [(layer, layer.generator_state()) for layer in net.all_layers() if layer.draws_random]
     buffers = {k: np.array(v) for k, v in net._buffer_views().items()}
     logits = net.forward(x[:2], training=True)
     _, d = softmax_cross_entropy(logits, np.zeros(len(logits), np.int64))

@@ -11,7 +11,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .kernels import cpu as K
-from .layers import Conv2D, Dropout, Flatten, Layer, Residual, Shape, fuse_chain
+from .layers import Layer, Shape, folds_inside, fuse_chain
 from .program import DeviceInference, InferenceProgram
 
 _FLOAT32 = np.dtype(np.float32)
@@ -21,14 +21,6 @@ EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a l
 # 256: 1.2-1.3x the img/s of one slice of 256 on 2 cores; docs/performance.md)
 SLICE_BYTES_PER_CORE = 3 << 20
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
-
-
-def _writes_nothing(layer: Layer) -> bool:
-    """Whether ``layer``'s inference writes no activation of its own: it is fused into the layer
-    before it (a ReLU, a folded BatchNorm2D, a pooling in a convolution's epilogue), a view
-    (Flatten) or the identity (Dropout)."""
-    return (isinstance(layer, (Flatten, Dropout)) or getattr(layer, "fused", False)
-            or getattr(layer, "infer_folded", False) or getattr(layer, "infer_fused", False))
 
 
 class Sequential:
@@ -49,10 +41,7 @@ class Sequential:
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, Layer):
                 raise ValueError(f"Sequential: item {i} is {type(layer).__name__}, not a numbacnn layer")
-            if isinstance(layer, Residual):
-                layer.set_name(f"layer {i} ({layer!r})")
-            else:
-                layer.name = f"layer {i} ({layer!r})"
+            layer.set_name(f"layer {i} ({layer!r})")
         # One flat buffer for parameters and one for gradients; every layer gets named views.
         self._slots: list[tuple[str, int, str, slice, Shape]] = []
         offset = 0
@@ -226,7 +215,7 @@ class Sequential:
     def _eval_slice(self, in_shape: Shape) -> int:
         widest, shape, start = 0, tuple(in_shape), tuple(in_shape)
         for layer in self.layers:
-            if not _writes_nothing(layer):  # a new activation begins; the one before ends here
+            if not layer.writes_nothing():  # a new activation begins; the one before ends here
                 widest, start = max(widest, math.prod(start) + math.prod(shape)), shape
             shape = layer.output_shape(shape)
         widest = 4 * max(widest, math.prod(start) + math.prod(shape))
@@ -243,17 +232,7 @@ class Sequential:
         the folded forward stops where asked."""
         if upto is None:
             return True
-        cut = upto if upto >= 0 else len(self.layers) + upto
-        last = None
-        for i, layer in enumerate(self.layers[:cut]):
-            reach = 0
-            if isinstance(layer, Conv2D):
-                last = layer
-                if layer.infer_bn is not None:
-                    reach = 3 if layer.infer_pool else 1
-            if i + reach >= cut:
-                return False
-        return last is None or not last.infer_layout & 2
+        return folds_inside(self.layers, upto if upto >= 0 else len(self.layers) + upto)
 
     def _inference(self, shape: Shape, upto: int | None = None) -> InferenceProgram | DeviceInference:
         """The recorded inference forward for input ``shape`` through ``layers[:upto]`` (recorded on
@@ -360,6 +339,20 @@ class Sequential:
         return {f"{i}.{k}": v for i, layer in enumerate(self.layers)
                 for k, v in layer.named_buffers().items()}
 
+    def param_slices(self) -> list[tuple[str, slice]]:
+        """Each parameter's name (as in ``state_dict``) and its slice of the flat ``params`` and
+        ``grads`` buffers, in buffer order."""
+        return [(key, sl) for key, _, _, sl, _ in self._slots]
+
+    def is_frozen(self, name: str) -> bool:
+        """Whether parameter ``name`` ("3.weight", "2.body.0.bias") is frozen (``Layer.freeze``)."""
+        i, _, pname = name.partition(".")
+        return self.layers[int(i)].is_frozen(pname)
+
+    def frozen(self) -> list[str]:
+        """The names of the frozen parameters, in buffer order."""
+        return [key for key, _ in self.param_slices() if self.is_frozen(key)]
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameters, then of the saved buffers (BatchNorm's running statistics),
         named and shaped as in ``torch.nn.Sequential``."""
@@ -400,13 +393,12 @@ def _slice_dropouts(layers: list[Layer], shape: Shape, lo: int, hi: int, total: 
     """``set_batch_slice`` along a chain of layers (and inside residual blocks); returns the
     chain's per-example output shape."""
     for layer in layers:
-        if isinstance(layer, Dropout):
+        if layer.draws_random:
             if hi > lo:
-                layer.set_offset(lo * math.prod(shape))
+                layer.set_offset(lo * math.prod(shape))  # type: ignore[attr-defined]  # draws_random
             else:
-                layer.skip_draw()
-        if isinstance(layer, Residual):
-            for path in (layer.body, layer.shortcut or []):
-                _slice_dropouts(path, shape, lo, hi, total)
+                layer.skip_draw()  # type: ignore[attr-defined]
+        for _, path in layer.paths():
+            _slice_dropouts(path, shape, lo, hi, total)
         shape = layer.output_shape(shape)
     return shape

@@ -20,20 +20,6 @@ from typing import Any
 import numpy as np
 
 from ._text import install_hint
-from .layers import (
-    AvgPool2D,
-    BatchNorm2D,
-    Conv2D,
-    Dense,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2D,
-    MaxPool2D,
-    Normalize,
-    ReLU,
-    Residual,
-    Tanh,
-)
 from .network import Sequential
 
 EXTRA = install_hint("onnx")
@@ -48,79 +34,57 @@ def _onnx():
     return onnx
 
 
-class _Helpers:
-    def __init__(self, onnx: Any) -> None:
-        self.make_node = onnx.helper.make_node
-        self.from_array = onnx.numpy_helper.from_array
+class Graph:
+    """The nodes and initializers of a graph being built; layers add theirs (``Layer.onnx``) with
+    ``node``, ``param`` and ``chain``. Tensors are named after the layer's place ("h3",
+    "h2_body_0"), weights keep their ``state_dict`` names ("3.weight")."""
 
+    def __init__(self, onnx: Any, weights: dict[str, np.ndarray]) -> None:
+        self._make_node = onnx.helper.make_node
+        self._from_array = onnx.numpy_helper.from_array
+        self.weights = weights
+        self.nodes: list = []
+        self.inits: list = []
+        self.key = ""  # the state_dict prefix of the layer being added ("3", "2.body.0")
 
-def _pads(p: tuple[int, int]) -> list[int]:
-    return [p[0], p[1], p[0], p[1]]  # ONNX: begins of every axis, then ends
+    def node(self, op: str, inputs: list[str], hint: str, out_suffix: str = "", name_suffix: str = "",
+             **attrs: Any) -> str:
+        """Add operator ``op`` on ``inputs``, named ``hint`` + the layer's place; returns its output."""
+        tag = self.key.replace(".", "_")
+        out = f"h{tag}{out_suffix}"
+        self.nodes.append(self._make_node(op, inputs, [out], name=f"{hint}{tag}{name_suffix}", **attrs))
+        return out
+
+    def param(self, *names: str, shape: tuple[int, ...] | None = None) -> list[str]:
+        """The layer's weights by name as initializers (reshaped to ``shape``); returns their names."""
+        full = [f"{self.key}.{n}" for n in names]
+        for k in full:
+            w = self.weights[k]
+            self.inits.append(self._from_array(w if shape is None else w.reshape(shape), k))
+        return full
+
+    def const(self, value: float) -> str:
+        """A float32 scalar initializer holding ``value``; returns its name."""
+        name = f"const{len(self.inits)}"
+        self.inits.append(self._from_array(np.array(value, np.float32), name))
+        return name
+
+    def chain(self, layers: list, prefix: str, x: str) -> str:
+        """Add ``layers`` applied in order to ``x`` (state_dict names ``key + "." + prefix + "i"``,
+        or ``prefix + "i"`` at the top); returns the last output's name."""
+        outer = self.key
+        for i, layer in enumerate(layers):
+            self.key = f"{outer}.{prefix}{i}" if outer else f"{prefix}{i}"
+            x = layer.onnx(self, x)
+        self.key = outer
+        return x
 
 
 def _network_nodes(net: Sequential, x: str, onnx: Any) -> tuple[list, list, str]:
     """ONNX nodes and initializers computing net on tensor ``x``; returns (nodes, inits, output)."""
-    nodes: list = []
-    inits: list = []
-    out = _chain(net.layers, "", x, net.state_dict(), _Helpers(onnx), nodes, inits)
-    return nodes, inits, out
-
-
-def _chain(layers: list, prefix: str, x: str, weights: dict[str, np.ndarray], h: _Helpers, nodes: list,
-           inits: list) -> str:
-    """Append the nodes of ``layers`` (state_dict names ``prefix + "i."``) applied to ``x``;
-    returns the output's name."""
-    for i, layer in enumerate(layers):
-        key = f"{prefix}{i}"
-        tag = key.replace(".", "_")
-        out = f"h{tag}"
-
-        def init(*names: str, key: str = key) -> list[str]:
-            inits.extend(h.from_array(weights[f"{key}.{n}"], f"{key}.{n}") for n in names)
-            return [f"{key}.{n}" for n in names]
-        if isinstance(layer, Conv2D):
-            nodes.append(h.make_node("Conv", [x, *init("weight", "bias")], [out], name=f"conv{tag}",
-                                     kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
-                                     pads=_pads(layer.padding)))
-        elif isinstance(layer, Dense):
-            nodes.append(h.make_node("Gemm", [x, *init("weight", "bias")], [out], name=f"dense{tag}",
-                                     transB=1))
-        elif isinstance(layer, BatchNorm2D):  # BatchNorm1D too: ONNX takes (N, C) and (N, C, L)
-            nodes.append(h.make_node("BatchNormalization",
-                                     [x, *init("weight", "bias", "running_mean", "running_var")], [out],
-                                     name=f"batchnorm{tag}", epsilon=layer.eps))
-        elif isinstance(layer, (MaxPool2D, AvgPool2D)):
-            kw: dict[str, Any] = dict(kernel_shape=list(layer.kernel_size), strides=list(layer.stride),
-                                      pads=_pads(layer.padding))
-            if isinstance(layer, AvgPool2D):
-                kw["count_include_pad"] = 1
-            op = "MaxPool" if isinstance(layer, MaxPool2D) else "AveragePool"
-            nodes.append(h.make_node(op, [x], [out], name=f"pool{tag}", **kw))
-        elif isinstance(layer, GlobalAvgPool2D):
-            nodes.append(h.make_node("GlobalAveragePool", [x], [f"{out}_4d"], name=f"gap{tag}"))
-            nodes.append(h.make_node("Flatten", [f"{out}_4d"], [out], name=f"gap{tag}_flatten", axis=1))
-        elif isinstance(layer, Residual):
-            body = _chain(layer.body, f"{key}.body.", x, weights, h, nodes, inits)
-            short = x if layer.shortcut is None else _chain(layer.shortcut, f"{key}.shortcut.", x,
-                                                             weights, h, nodes, inits)
-            nodes.append(h.make_node("Add", [body, short], [out], name=f"residual{tag}"))
-        elif isinstance(layer, Normalize):  # (x - mean) / std, the statistics shaped (C, 1, 1)
-            c = layer.num_channels
-            inits.extend(h.from_array(weights[f"{key}.{n}"].reshape(c, 1, 1), f"{key}.{n}")
-                         for n in ("mean", "std"))
-            nodes.append(h.make_node("Sub", [x, f"{key}.mean"], [f"{out}_centred"], name=f"centre{tag}"))
-            nodes.append(h.make_node("Div", [f"{out}_centred", f"{key}.std"], [out], name=f"scale{tag}"))
-        elif isinstance(layer, (ReLU, Tanh)):
-            op = "Relu" if isinstance(layer, ReLU) else "Tanh"
-            nodes.append(h.make_node(op, [x], [out], name=f"act{tag}"))
-        elif isinstance(layer, Flatten):
-            nodes.append(h.make_node("Flatten", [x], [out], name=f"flatten{tag}", axis=1))
-        elif isinstance(layer, Dropout):
-            continue  # identity at inference
-        else:
-            raise ValueError(f"no ONNX operator for {layer!r}")
-        x = out
-    return x
+    graph = Graph(onnx, net.state_dict())
+    out = graph.chain(net.layers, "", x)
+    return graph.nodes, graph.inits, out
 
 
 def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:

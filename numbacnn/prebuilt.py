@@ -1,19 +1,17 @@
-"""Kernels compiled ahead of time for fixed x86-64 levels and shipped with the package: a new install
-loads them the way numba loads its own disk cache, instead of compiling for minutes.
+"""The kernel tier: kernels compiled ahead of time for fixed x86-64 levels into the package folder
+(``python -m numbacnn compile``, or a wheel built with them), loaded the way numba loads its own
+disk cache instead of compiling for minutes on a first run.
 
 numba's disk cache is keyed by the source file's modification time and by the exact host CPU, so a
-fresh install (new checkout, new virtualenv, new machine) always starts cold. The prebuilt tier is
-numba's cache format under another key: the SHA-256 of every kernel source file (any change to a
-kernel file or to the kernels' compile flags invalidates the whole tier) and a named instruction-set
-level instead of the host's CPU name: ``x86-64-v4`` (AVX-512, compiled for 512-bit vectors) where
-the host has it, else ``x86-64-v3`` (AVX2 and FMA, every x86-64 server CPU since 2015). Each kernel
-looks there first, then in numba's own cache, and compiles only what neither holds. Measured
-speeds against code compiled for the host CPU: docs/performance.md.
-
-``python dev/build_prebuilt.py`` recompiles the tier (the build lives there, not in the package). A
-test fails when the kernels' sources no longer match the shipped tier. ``NUMBACNN_PREBUILT=0``
-turns it off. Where the tier cannot serve this process (another platform, Python, numba or CPU,
-or stale sources) the first kernel compiled says so in one line (``NOTICE``).
+fresh install (new checkout, new virtualenv, new machine) always starts cold. The tier is numba's
+cache format under another key: the SHA-256 of every kernel source file (any change to a kernel
+file or to the kernels' compile flags invalidates the whole tier) and a named instruction-set level
+instead of the host's CPU name: ``x86-64-v4`` (AVX-512, compiled for 512-bit vectors) where the host
+has it, else ``x86-64-v3`` (AVX2 and FMA, every x86-64 server CPU since 2015). Each kernel looks
+there first, then in numba's own cache, and compiles only what neither holds. The tier is a build
+output: the repository holds no compiled file. ``NUMBACNN_PREBUILT=0`` turns it off. Where the
+tier cannot serve this process (none compiled, another platform, Python, numba or CPU, or stale
+sources) the first kernel compiled says so in one line (``NOTICE``).
 """
 from __future__ import annotations
 
@@ -74,22 +72,29 @@ def _host_level() -> str | None:
     CPU without AVX2/FMA, switched off, or a numba code option set). ``NUMBACNN_PREBUILT`` is 1 (the
     default: the highest level the host has), 0 (off) or a level's name (at most that level: e.g.
     x86-64-v3 for 256-bit code on an AVX-512 host)."""
+    for level in host_levels():
+        if os.path.isdir(os.path.join(FOLDER, level)):
+            return level
+    return None
+
+
+def host_levels() -> list[str]:
+    """The levels this host's CPU runs, highest first, whether built or not (capped by a level
+    named in ``NUMBACNN_PREBUILT``; none when switched off or on another platform)."""
     choice = os.environ.get("NUMBACNN_PREBUILT", "1") or "1"
-    names = list(LEVELS)
     if choice not in ("0", "1") and choice not in LEVELS:
         raise ValueError(f"NUMBACNN_PREBUILT={choice!r}: expected 1 (the default), 0 (off) or one of "
-                         f"{', '.join(names)}")
+                         f"{', '.join(LEVELS)}")
     if _switched_off():
-        return None
+        return []
     import llvmlite.binding as ll
 
     if ll.get_process_triple() != TRIPLE:
-        return None
+        return []
     host = ll.get_host_cpu_features()
-    for level in names[names.index(choice) if choice in LEVELS else 0:]:
-        if all(host.get(f, False) for f in LEVELS[level]) and os.path.isdir(os.path.join(FOLDER, level)):
-            return level
-    return None
+    names = list(LEVELS)
+    return [level for level in names[names.index(choice) if choice in LEVELS else 0:]
+            if all(host.get(f, False) for f in LEVELS[level])]
 
 
 _state: dict[str, Any] = {}
@@ -224,10 +229,12 @@ def _notice_once() -> None:
     except Exception:  # pragma: no cover - a damaged install: compile silently
         return
     level = info["level"]
-    if level is None:
-        why = "no prebuilt kernels for this platform or CPU: they are x86-64 Linux with AVX2 and FMA"
+    if level is None and host_levels():
+        why = "none compiled ahead: python -m numbacnn compile does it once"
+    elif level is None:
+        why = "no kernel tier for this platform or CPU: it is x86-64 Linux with AVX2 and FMA"
     elif not info.get(level, {}).get("current"):
-        why = "the shipped kernels are older than the kernel sources: python dev/build_prebuilt.py"
+        why = "the kernels compiled ahead are older than the kernel sources: python -m numbacnn compile"
     elif info[level].get("builds", {}).get(_python()) != _numba_version():
         shipped = ", ".join(f"numba {v} under Python {p}" for p, v in sorted(info[level]["builds"].items()))
         why = (f"the shipped kernels are for {shipped or 'no numba'}; this is numba {_numba_version()} "

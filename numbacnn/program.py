@@ -116,7 +116,7 @@ class StepProgram:
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
     def step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray,
-             moves: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
+             moves: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
         """``moves``: the batch's augmentation (``Augment.draw``), applied as it is gathered."""
         self._gather(x, y, idx, moves)
         if self.device is not None:
@@ -132,7 +132,7 @@ class StepProgram:
         return float(stats[0]), int(stats[1])
 
     def _gather(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray,
-                moves: tuple[np.ndarray, np.ndarray] | None) -> None:
+                moves: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
         """The batch x[idx], y[idx] (moved by ``moves``) into the step's host input buffers (on the
         CPU the step's own; on a device the staging that ``step`` copies from)."""
         from . import augment

@@ -64,15 +64,14 @@ def _mb(n: int) -> str:
 
 
 def _rows(layers: list[Layer], shape: Shape, prefix: str, depth: int, rows: list[Row]) -> Shape:
-    from .layers import Residual
-
     for i, layer in enumerate(layers):
         name = f"{prefix}{i}"
         out = layer.output_shape(shape)
         own = sum(math.prod(s) for s in layer.param_shapes().values())
-        if isinstance(layer, Residual):  # its parameters are counted in its layers' rows
-            rows.append(Row(name, f"Residual ({own:,} parameters in the rows below)", out, 0, 0, depth))
-            for path_name, path in layer._paths():
+        if layer.paths():  # a block: its parameters are counted in its layers' rows
+            rows.append(Row(name, f"{type(layer).__name__} ({own:,} parameters in the rows below)", out, 0, 0,
+                            depth))
+            for path_name, path in layer.paths():
                 _rows(path, shape, f"{name}.{path_name}.", depth + 1, rows)
         else:
             rows.append(Row(name, repr(layer), out, own, layer.macs(shape), depth))

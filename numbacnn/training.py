@@ -18,7 +18,6 @@ import numpy as np
 from . import augment as aug
 from ._text import interactive
 from .augment import Augment
-from .layers import BatchNorm1D
 from .loss import check_label_smoothing, softmax_cross_entropy
 from .network import Sequential
 from .optimizers import Optimizer
@@ -276,7 +275,7 @@ class Trainer:
             order = g.permutation(n) if self.shuffle else np.arange(n)
         n_steps = -(-n // self.batch_size)
         if n > self.batch_size and n % self.batch_size == 1 and any(
-                isinstance(layer, BatchNorm1D) for layer in self.net.all_layers()):
+                layer.min_batch > 1 for layer in self.net.all_layers()):
             n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
         bar = None
         if self.progress and interactive():  # a log file gets the per-epoch lines only
@@ -332,11 +331,11 @@ class Trainer:
         elif getattr(opt, "momentum", 0.0) > 0.0:
             opt.momentum = momentum  # type: ignore[attr-defined]
 
-    def _moves(self, idx: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _moves(self, idx: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The augmentation of this step's examples (None without augmentation)."""
         if self.augment is None:
             return None
-        return self.augment.draw(self.seed, self.epoch, step, len(idx))
+        return self.augment.draw(self.seed, self.epoch, step, idx)
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """One optimizer step on the whole batch (x, y), taken as ``fit`` takes its steps (on the
@@ -418,7 +417,7 @@ class Trainer:
             xb, yb = x[share], y[share]
             if moves is not None:  # this rank's rows of the global batch's moves
                 self.augment.check(x.shape[1:])  # type: ignore[union-attr]
-                xb = aug.augmented(x, y, share, (moves[0][lo:hi], moves[1][lo:hi]))[0]
+                xb = aug.augmented(x, y, share, (moves[0][lo:hi], moves[1][lo:hi], moves[2]))[0]
             logits = self.net.forward(xb, training=True)
             loss, dlogits = softmax_cross_entropy(logits, yb, label_smoothing=self.label_smoothing)
             dlogits *= np.float32(len(share) / len(idx))  # the gradient of the global mean

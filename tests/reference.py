@@ -207,13 +207,20 @@ def dropout_mask(seed, draw, offset, n, p):
     return np.array(out, bool)
 
 
-def augment(x, idx, shifts, flips):
-    """The batch x[idx] with example i translated by shifts[i] = (dy, dx), zero fill, then
-    mirrored left-right where flips[i]."""
+def augment(x, idx, shifts, flips, reflect=False):
+    """The batch x[idx] with example i translated by shifts[i] = (dy, dx), zero fill (or the
+    image padded by numpy's "reflect" and cropped), then mirrored left-right where flips[i]."""
     out = np.zeros((len(idx),) + x.shape[1:], x.dtype)
     H, W = x.shape[2:]
     for i, j in enumerate(idx):
         dy, dx = shifts[i]
+        if reflect:
+            p = max(H, W)
+            padded = np.pad(x[j], ((0, 0), (p, p), (p, p)), mode="reflect")
+            out[i] = padded[:, p - dy:p - dy + H, p - dx:p - dx + W]
+            if flips[i]:
+                out[i] = out[i, :, :, ::-1]
+            continue
         for r in range(H):
             for q in range(W):
                 rs, qs = r - dy, q - dx
@@ -255,6 +262,25 @@ def adam(p, g, m, v, lr, b1, b2, eps, wd, t):
     return p - lr * mhat / (np.sqrt(vhat) + eps), m, v
 
 
+def gelu(x, approximate="none"):
+    """GELU in float64: x * Phi(x), or torch's tanh form."""
+    x = np.asarray(x, np.float64)
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def gelu_grad(x, approximate="none"):
+    """dGELU/dx in float64."""
+    x = np.asarray(x, np.float64)
+    if approximate == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        t = np.tanh(k * (x + 0.044715 * x**3))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
+    phi = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0))) + x * phi
+
+
 def _layer_forward(spec, h, p):
     """One layer of a network spec (see network_loss) on float64 input h; p: its (w, b) or ()."""
     kind = spec[0]
@@ -266,6 +292,8 @@ def _layer_forward(spec, h, p):
         return np.maximum(h, 0.0)
     if kind == "tanh":
         return np.tanh(h)
+    if kind == "gelu":  # ("gelu", approximate)
+        return gelu(h, spec[1])
     if kind == "maxpool":
         return maxpool2d_forward(h, *spec[1:])[0]
     if kind == "avgpool":
@@ -295,7 +323,8 @@ def _layer_params(spec, it):
 
 def network_loss(layers_spec, params, x, y, smoothing=0.0):
     """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
-    K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("bn", eps) (training
+    K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("gelu", approximate) /
+    ("bn", eps) (training
     mode) / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
     state_dict order (parameters only)."""
     h = np.asarray(x, np.float64)
@@ -329,6 +358,8 @@ def network_gradients(layers_spec, params, x, y):
             g = g * (inp > 0)
         elif kind == "tanh":
             g = g * (1.0 - np.tanh(inp) ** 2)
+        elif kind == "gelu":
+            g = g * gelu_grad(inp, spec[1])
         elif kind == "maxpool":
             g = maxpool2d_backward(g, inp, *spec[1:])
         elif kind == "avgpool":

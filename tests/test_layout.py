@@ -133,3 +133,23 @@ def test_no_import_circles():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+def test_no_switch_over_layer_types_outside_the_layers():
+    """Code outside numbacnn/layers asks a layer (its methods and class attributes) and never
+    tests its class: a new layer then needs no edit elsewhere."""
+    from numbacnn.layers import LAYER_TYPES
+
+    names = set(LAYER_TYPES) | {"_Pool2D", "_Elementwise"}
+    found = []
+    for rel, tree in _modules(PKG):
+        if rel.startswith(os.path.join("numbacnn", "layers") + os.sep):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("isinstance", "issubclass"):
+                classes = node.args[1] if len(node.args) > 1 else None
+                for c in (classes.elts if isinstance(classes, ast.Tuple) else [classes]):
+                    name = getattr(c, "id", getattr(c, "attr", None))
+                    if name in names:
+                        found.append(f"{rel}:{node.lineno} {name}")
+    assert found == []

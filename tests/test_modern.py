@@ -287,9 +287,9 @@ def test_routing_traces_through_batchnorm_residual_blocks_and_global_pooling(rng
     block = nc.Residual([nc.Conv2D(3, 3, 1), nc.BatchNorm2D(3), nc.ReLU()])
     g = np.ones((3, 4, 5), np.int64)
     # a 1x1 conv sends each output's count to all 3 input channels; the identity path adds one
-    np.testing.assert_array_equal(analysis._back_through(block, g, (3, 4, 5)), np.full((3, 4, 5), 4))
+    np.testing.assert_array_equal(block.trace_back(g, (3, 4, 5)), np.full((3, 4, 5), 4))
     proj = nc.Residual([nc.Conv2D(3, 2, 1, stride=2)], shortcut=[nc.Conv2D(3, 2, 1, stride=2)])
-    out = analysis._back_through(proj, np.ones((2, 2, 3), np.int64), (3, 4, 5))
+    out = proj.trace_back(np.ones((2, 2, 3), np.int64), (3, 4, 5))
     assert out[:, ::2, ::2].min() == 4 and out[:, 1::2, :].max() == 0
     net = nc.build_network("conv(2,3,padding=same),bn,relu,res(conv(2,3,padding=same),bn),maxpool(2),"
                            "res(conv(2,3,padding=same)),gap", (1, 8, 8), 3, seed=0)
@@ -389,3 +389,27 @@ def test_resnet8_learns_a_colour_32x32_task(rng):
         tr.fit(data[:480], y[:480], 4)
         accuracy.append(nc.evaluate(net, data[480:], y[480:])[1])
     assert accuracy[0] >= 0.9 and accuracy[1] <= 0.75, accuracy  # (100 % and 47-54 % measured)
+
+
+def test_reflect_translation_and_alternating_flips_match_the_oracle(rng):
+    x = f32(rng.standard_normal((9, 2, 5, 6)))
+    y = np.arange(9, dtype=np.int64)
+    idx = np.array([3, 0, 8, 8, 2, 5], np.int64)
+    aug = nc.Augment.parse("translate:4,flip:alternate")
+    assert (aug.shift, aug.flip, aug.reflect) == (4, "alternate", True)
+    assert str(aug) == "translate:4,flip:alternate"
+    moves = aug.draw(5, 1, 2, idx)
+    assert np.abs(moves[0]).max() == 4 and bool(moves[2])
+    out, labels = augmented(x, y, idx, moves)
+    np.testing.assert_array_equal(out, ref.augment(x, idx, moves[0], moves[1], reflect=True))
+    np.testing.assert_array_equal(labels, idx)
+    # alternating flips: an example's side depends on its index, not the step, and swaps by epoch
+    all_idx = np.arange(1000)
+    e0, e1, e2 = (aug.draw(5, e, 7, all_idx)[1] for e in (0, 1, 2))
+    assert 0.4 < e0.mean() < 0.6
+    np.testing.assert_array_equal(e1, ~e0)
+    np.testing.assert_array_equal(e2, e0)
+    np.testing.assert_array_equal(aug.draw(5, 0, 3, all_idx[::-1])[1], e0[::-1])
+    assert not np.array_equal(aug.draw(6, 0, 0, all_idx)[1], e0)  # another seed, other sides
+    with pytest.raises(ValueError, match="mixes zero fill"):
+        nc.Augment.parse("shift:2,translate:2")

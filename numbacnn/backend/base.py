@@ -7,6 +7,7 @@ an index into each example's (H * W) input plane (or into a fused conv's output 
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -175,6 +176,16 @@ class Backend:
         return Workspace(self)
 
     # --- layers -----------------------------------------------------------------------------------
+    def run(self, module: str, name: str, *args: Any) -> None:
+        """Launch kernel ``name`` of this device's kernel file ``module`` (``kernels/cpu/<module>.py``,
+        ``kernels/cuda/<module>.py``: the same name, signature and meaning on every device). How
+        a layer calls its kernels without an operation of its own in the backends."""
+        key = (self.kernels.__name__, module, name)
+        fn = _KERNELS.get(key)
+        if fn is None:
+            fn = _KERNELS[key] = getattr(importlib.import_module(f"{key[0]}.{module}"), name)
+        launch(fn, *args)
+
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
         """The convolution strategy for this layer shape; the one place where it is chosen."""
         raise NotImplementedError
@@ -302,3 +313,4 @@ class Backend:
 
 
 _INSTANCES: dict[type, Backend] = {}
+_KERNELS: dict[tuple[str, str, str], Any] = {}  # (kernel package, file, name) -> kernel

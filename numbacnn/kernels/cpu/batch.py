@@ -21,11 +21,12 @@ def gather_batch(out, labels, x, y, idx):
 
 
 @kernel(fastmath=False)
-def gather_augment(out, labels, x, y, idx, shifts, flips):
+def gather_augment(out, labels, x, y, idx, shifts, flips, reflect):
     """out[i] = x[idx[i]] translated by shifts[i] = (dy, dx) pixels (out[i, c, r, q] =
-    x[idx[i], c, r - dy, q - dx], zero where that falls outside), then mirrored left-right where
-    flips[i]; labels[i] = y[idx[i]]. out: (B, C, H, W); x: (N, C, H, W); shifts: (B, 2) int64;
-    flips: (B,) bool; idx: (B,) integers in [0, N)."""
+    x[idx[i], c, r - dy, q - dx]; where that falls outside, zero, or with reflect the mirror image
+    across the border without repeating it, numpy's and torch's "reflect"), then mirrored
+    left-right where flips[i]; labels[i] = y[idx[i]]. out: (B, C, H, W); x: (N, C, H, W);
+    shifts: (B, 2) int64 with |dy| < H, |dx| < W; flips: (B,) bool; idx: (B,) integers in [0, N)."""
     B, C, H, W = out.shape
     zero = np.float32(0.0)
     for i in prange(B):  # each iteration writes its own example
@@ -37,14 +38,20 @@ def gather_augment(out, labels, x, y, idx, shifts, flips):
             for r in range(H):
                 row = dst[c, r]
                 rs = r - sy
-                if rs < 0 or rs >= H:
+                if reflect:
+                    rs = -rs if rs < 0 else (2 * H - 2 - rs if rs >= H else rs)
+                elif rs < 0 or rs >= H:
                     for q in range(W):
                         row[q] = zero
                     continue
                 srow = src[c, rs]
                 for q in range(W):
                     qs = (W - 1 - q if flip else q) - sx
-                    row[q] = srow[qs] if 0 <= qs < W else zero
+                    if reflect:
+                        qs = -qs if qs < 0 else (2 * W - 2 - qs if qs >= W else qs)
+                        row[q] = srow[qs]
+                    else:
+                        row[q] = srow[qs] if 0 <= qs < W else zero
         labels[i] = y[idx[i]]
 
 

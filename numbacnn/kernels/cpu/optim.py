@@ -100,3 +100,19 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled
             ms[i] = mi
             vs[i] = vi
             ps[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
+
+
+@kernel()
+def lookahead_sync(fast, slow, alpha):
+    """Lookahead's synchronisation (Zhang et al., 2019): slow += alpha * (fast - slow), then
+    fast = slow. fast, slow: (M,) float32."""
+    M = fast.shape[0]
+    a = np.float32(alpha)
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        fs, ss = fast[lo:hi], slow[lo:hi]
+        for i in range(hi - lo):
+            s = ss[i] + a * (fs[i] - ss[i])
+            ss[i] = s
+            fs[i] = s

@@ -62,3 +62,40 @@ def tanh_forward(y, x):
 
 def tanh_backward(dx, dy, y):
     _tanh_backward[grid(dx.size)](dx, dy, y)
+
+
+@cuda.jit
+def _gelu_forward(y, x, tanh_form):
+    i = cuda.grid(1)
+    if i < y.size:
+        v = x[i]
+        if tanh_form:
+            s = math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))
+        else:
+            s = math.erf(v * 0.7071067811865476)
+        y[i] = 0.5 * v * (1.0 + s)
+
+
+@cuda.jit
+def _gelu_backward(dx, dy, x, tanh_form):
+    i = cuda.grid(1)
+    if i < dx.size:
+        v = x[i]
+        if tanh_form:
+            t = math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))
+            k = 0.7978845608028654
+            d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v)
+        else:
+            phi = math.exp(-0.5 * v * v) * 0.3989422804014327
+            d = 0.5 * (1.0 + math.erf(v * 0.7071067811865476)) + v * phi
+        dx[i] = dy[i] * d
+
+
+def gelu_forward(y, x, tanh_form):
+    """y = GELU(x), exact (erf) or tanh form (as the CPU kernel; libdevice's erf and tanh here)."""
+    _gelu_forward[grid(y.size)](y, x, tanh_form)
+
+
+def gelu_backward(dx, dy, x, tanh_form):
+    """dx = dy * GELU'(x) (as the CPU kernel)."""
+    _gelu_backward[grid(dx.size)](dx, dy, x, tanh_form)

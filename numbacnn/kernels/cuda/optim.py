@@ -70,3 +70,17 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled
     shrink = 1.0 - lr * weight_decay if decoupled else 1.0
     _adam[grid(p.size)](p, g, m, v, lr / bc1, beta1, beta2, eps, 0.0 if decoupled else weight_decay,
                         1.0 / bc2_sqrt, shrink)
+
+
+@cuda.jit
+def _lookahead_sync(fast, slow, alpha):
+    i = cuda.grid(1)
+    if i < fast.size:
+        s = slow[i] + alpha * (fast[i] - slow[i])
+        slow[i] = s
+        fast[i] = s
+
+
+def lookahead_sync(fast, slow, alpha):
+    """slow += alpha * (fast - slow); fast = slow (as the CPU kernel)."""
+    _lookahead_sync[grid(fast.size)](fast, slow, alpha)

@@ -1,0 +1,247 @@
+"""Conv2D: 2-D convolution through the backend's convolution plans, with the fusions a chain gives
+it (a following ReLU and max pool; at inference a folded BatchNorm2D)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..backend import ConvGeometry, ConvPlan
+from ..backend.base import conv_out
+from .base import (
+    Builder,
+    Layer,
+    Shape,
+    _bias_flag,
+    _compact,
+    _kaiming_uniform,
+    _pair,
+    _positive_int,
+    receptive,
+    register,
+)
+
+if TYPE_CHECKING:
+    from .batchnorm import BatchNorm2D
+
+
+@register
+class Conv2D(Layer):
+    """2-D convolution, weight (C_out, C_in, KH, KW) and bias (C_out,), as ``torch.nn.Conv2d``.
+
+    padding: an int, a pair, "valid" (0) or "same" (stride 1 and odd kernels only).
+    bias: False for none (a convolution followed by BatchNorm, whose shift makes it redundant):
+    no "bias" parameter, nothing in ``state_dict`` or the optimizer for it.
+    """
+
+    param_names: tuple[str, ...] = ("weight", "bias")
+    use_bias = True
+    weight: Any  # (C_out, C_in, KH, KW); numpy or device views bound by Sequential / initialize
+    bias: Any
+    dweight: Any
+    dbias: Any
+
+    # inference-only fusion (fuse_chain): the BatchNorm2D folded in, and its ReLU / max pool
+    infer_bn: BatchNorm2D | None = None
+    infer_pool: tuple[int, int] | None = None
+    # and in chains of plans that take them (Winograd's) the activations between them channel-last:
+    # 1 = the input comes so from the layer before, 2 = the output goes so to the layer after
+    # (ConvPlan.forward_channels_last)
+    infer_layout = 0
+
+    token = "conv"
+    token_args = ("filters", "kernel_size", "stride", "padding", "bias")
+    token_defaults = {"stride": 1, "padding": 0, "bias": True}
+    role = "conv"
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, int] = 0,
+                 bias: bool = True) -> None:
+        super().__init__()
+        label = "Conv2D"
+        self.use_bias = _bias_flag(bias, label)
+        if not self.use_bias:
+            self.param_names = ("weight",)
+        self.in_channels = _positive_int(in_channels, "in_channels", label)
+        self.out_channels = _positive_int(out_channels, "out_channels", label)
+        self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
+        self.stride = _pair(stride, "stride", label, 1)
+        if isinstance(padding, str):
+            if padding == "valid":
+                pad = (0, 0)
+            elif padding == "same":
+                kh, kw = self.kernel_size
+                if self.stride != (1, 1) or kh % 2 == 0 or kw % 2 == 0:
+                    raise ValueError(f"{label}: padding='same' needs stride 1 and an odd kernel size, "
+                                     f"got kernel_size={kernel_size!r}, stride={stride!r}")
+                pad = (kh // 2, kw // 2)
+            else:
+                raise ValueError(f"{label}: padding must be an int, 'valid' or 'same', got {padding!r}")
+        else:
+            pad = _pair(padding, "padding", label, 0)
+        self.padding = pad
+        self._padding_arg = padding
+        # set by Sequential when a ReLU follows: the ReLU is applied inside this layer's kernels
+        self.fused_relu = False
+        # set by Sequential (when the plan fuses_pool) when ReLU and a non-overlapping unpadded
+        # MaxPool2D follow: (pool_h, pool_w); forward then returns the pooled output and the
+        # backward takes the pooled gradient, while those two layers pass values through
+        self.fused_pool: tuple[int, int] | None = None
+
+    def param_shapes(self) -> dict[str, Shape]:
+        kh, kw = self.kernel_size
+        shapes: dict[str, Shape] = {"weight": (self.out_channels, self.in_channels, kh, kw)}
+        if self.use_bias:
+            shapes["bias"] = (self.out_channels,)
+        return shapes
+
+    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray],
+             net_views: bool = False) -> None:
+        super().bind(params, grads, net_views)
+        if not self.use_bias:
+            self._zero_bias(self.out_channels)
+
+    def reset_parameters(self, rng: np.random.Generator) -> None:
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        _kaiming_uniform(rng, self.weight, fan_in)
+        if self.use_bias:
+            _kaiming_uniform(rng, self.bias, fan_in)
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3 or in_shape[0] != self.in_channels:
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_channels}, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
+        h, w = in_shape[1], in_shape[2]
+        if h + 2 * ph < kh or w + 2 * pw < kw:
+            raise ValueError(f"{self._label()}: input {h}x{w} with padding {self.padding} is smaller "
+                             f"than the kernel {kh}x{kw}")
+        return (self.out_channels, conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw))
+
+    @property
+    def geometry(self) -> ConvGeometry:
+        return ConvGeometry(self.in_channels, self.out_channels, self.kernel_size, self.stride,
+                            self.padding)
+
+    @property
+    def plan(self) -> ConvPlan:
+        """How this convolution runs on its backend, chosen by ``backend.conv_plan``: on the CPU
+        "direct", "wide", "positions" or "gemm" (backend/cpu_conv.py), on CUDA "gather"."""
+        if "_plan" not in self.__dict__:
+            self._plan = self.backend.conv_plan(self.geometry)
+        return self._plan
+
+    @property
+    def strategy(self) -> str:
+        return self.plan.name
+
+    def macs(self, in_shape: Shape) -> int:
+        _, oh, ow = self.output_shape(in_shape)
+        return self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1] * oh * ow
+
+    def forward(self, x: np.ndarray, training: bool = False, backward: bool = True) -> np.ndarray:
+        """``backward=False`` (``infer``): no backward follows (the fused pool's argmax may be left
+        unwritten)."""
+        self._check_pooled(self._check_input(x), self.fused_pool)
+        return self.plan.forward(self._buffers, self.backend.asarray(x), self.weight, self.bias,
+                                 self.fused_relu, self.fused_pool, backward)
+
+    def _check_pooled(self, out_shape: Shape, pool: tuple[int, int] | None) -> None:
+        if pool and (out_shape[2] < pool[0] or out_shape[3] < pool[1]):
+            raise ValueError(f"{self._label()}: output {out_shape[2]}x{out_shape[3]} is smaller than "
+                             f"the following max pool's window {pool[0]}x{pool[1]}")
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
+        return self.plan.backward(self._buffers, dy, self.weight, self.dweight, self.dbias, need_dx,
+                                  self.fused_relu, self.fused_pool)
+
+    def infer(self, x: np.ndarray) -> np.ndarray:
+        """With a following BatchNorm2D folded in (``infer_bn``): its running statistics and affine
+        map folded into a copy of the weights, and its ReLU and a following max pool applied in this
+        convolution's epilogue. The fold runs on every call but returns at once while its inputs
+        keep their bits (so always current), and counts its writes for the plan's packings."""
+        bn, layout = self.infer_bn, self.infer_layout
+        if bn is None and not layout:
+            return self.forward(x, training=False, backward=False)
+        out_shape = self._check_input(x.transpose(0, 3, 1, 2) if layout & 1 else x)
+        x = self.backend.asarray(x)
+        if bn is None:
+            self._check_pooled(out_shape, self.fused_pool)
+            return self.plan.forward_channels_last(self._buffers, x, self.weight, self.bias, self.fused_relu,
+                                                   self.fused_pool, None, layout)
+        self._check_pooled(out_shape, self.infer_pool)
+        co = self.out_channels
+        wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
+        version = self.backend.batchnorm_fold(self._buffers, wf.reshape(co, -1), bf,
+                                              self.weight.reshape(co, -1), self.bias, bn.weight, bn.bias,
+                                              bn.running_mean, bn.running_var, bn.eps)
+        if layout:
+            return self.plan.forward_channels_last(self._buffers, x, wf, bf, bn.fused_relu, self.infer_pool,
+                                                   version, layout)
+        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fused_relu,
+                                 self.infer_pool, backward=False, version=version)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"in_channels": self.in_channels, "out_channels": self.out_channels,
+                "kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
+                "padding": self._padding_arg if isinstance(self._padding_arg, str)
+                else _compact(self.padding), **({} if self.use_bias else {"bias": False})}
+
+    def __repr__(self) -> str:
+        c = self.get_config()
+        s = f"Conv2D({self.in_channels}, {self.out_channels}, {c['kernel_size']}"
+        if self.stride != (1, 1):
+            s += f", stride={c['stride']}"
+        if self.padding != (0, 0):
+            s += f", padding={c['padding']!r}"
+        return s + ("" if self.use_bias else ", bias=False") + ")"
+
+    @classmethod
+    def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
+        if len(shape) != 3:
+            raise ValueError("conv after flatten/dense")
+        k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
+        if adapt:
+            k, s, p = _adapt_window(shape, k, s, p)
+        return [cls(shape[0], args["filters"], k, stride=s, padding=p, bias=args["bias"])]
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("Conv", [x, *graph.param(*self.param_names)], "conv",
+                          kernel_shape=list(self.kernel_size), strides=list(self.stride),
+                          pads=pads(self.padding))
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
+                               self.padding, bias=self.use_bias)
+
+    def trace_back(self, counts: np.ndarray, in_shape: Shape) -> np.ndarray:
+        return receptive(counts, in_shape, self.kernel_size, self.stride, self.padding, all_channels=True)
+
+
+def _as_pair(v: Any) -> tuple[int, int]:
+    return (v[0], v[1]) if isinstance(v, (tuple, list)) and len(v) == 2 else (v, v)
+
+
+def _adapt_window(shape: Shape, k: Any, s: Any, p: Any) -> tuple[Any, Any, Any]:
+    """A convolution's (kernel, stride, padding) fitted to an input too small for it: along an axis
+    of length 1 the window shrinks to 1; where the kernel is longer than the axis, "same"-style
+    padding, or a kernel as long as the axis."""
+    k, s = list(k), list(s)
+    pad = [p, p] if not isinstance(p, (str, tuple, list)) else (list(p) if not isinstance(p, str) else p)
+    if isinstance(pad, str):
+        pad = [kk // 2 for kk in k] if pad == "same" else [0, 0]
+    for ax in range(2):
+        size = shape[1 + ax]
+        if size == 1:
+            k[ax], s[ax], pad[ax] = 1, 1, 0
+        elif size + 2 * pad[ax] < k[ax]:
+            pad[ax] = k[ax] // 2 if k[ax] % 2 else 0
+            if size + 2 * pad[ax] < k[ax]:
+                k[ax], pad[ax] = size, 0
+    return tuple(k), tuple(s), tuple(pad)
+
+
+def pads(p: tuple[int, int]) -> list[int]:
+    """ONNX's pads for a (top, left) padding: the begins of every axis, then the ends."""
+    return [p[0], p[1], p[0], p[1]]

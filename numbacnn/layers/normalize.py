@@ -1,0 +1,90 @@
+"""Normalize: per-channel standardisation of the input with statistics saved in the network."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Layer, Shape, register
+
+
+@register
+class Normalize(Layer):
+    """Per-channel standardisation of the input, y = (x - mean[c]) / std[c] (torchvision's
+    ``Normalize``), as a network's first layer: the training set's channel statistics travel with
+    the weights (``state_dict`` "mean" and "std", checkpoints, ONNX), so that prediction, evaluation
+    and exported models apply them. Nothing is trained."""
+
+    buffer_names = ("mean", "std")
+
+    def onnx(self, graph: Any, x: str) -> str:
+        # (x - mean) / std, the statistics shaped (C, 1, 1)
+        c = self.num_channels
+        mean, std = graph.param("mean", "std", shape=(c, 1, 1))
+        centred = graph.node("Sub", [x, mean], "centre", out_suffix="_centred")
+        return graph.node("Div", [centred, std], "scale")
+
+    def torch_twin(self, torch: Any) -> Any:
+        class Normalize(torch.nn.Module):  # torchvision's Normalize as a module with saved statistics
+            def __init__(self, channels):
+                super().__init__()
+                self.register_buffer("mean", torch.zeros(channels))
+                self.register_buffer("std", torch.ones(channels))
+
+            def forward(self, x):
+                return (x - self.mean[:, None, None]) / self.std[:, None, None]
+        return Normalize(self.num_channels)
+
+    def trace_back(self, counts: np.ndarray, in_shape: Shape) -> np.ndarray:
+        return counts.reshape(in_shape)
+
+    def __init__(self, mean: Any, std: Any) -> None:
+        super().__init__()
+        m = np.ascontiguousarray(mean, dtype=np.float32).reshape(-1)
+        sd = np.ascontiguousarray(std, dtype=np.float32).reshape(-1)
+        if m.size == 0 or m.shape != sd.shape:
+            raise ValueError(f"Normalize: mean and std need one value per channel, got {m.size} and "
+                             f"{sd.size}")
+        if not (np.isfinite(m).all() and np.isfinite(sd).all() and (sd > 0).all()):
+            raise ValueError("Normalize: mean must be finite and std finite and positive")
+        self.num_channels = int(m.size)
+        self.mean, self.std = m, sd
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> Normalize:
+        """The layer for images x (N, C, H, W): each channel's mean and standard deviation, in float64
+        (a constant channel gets std 1)."""
+        m = x.mean(axis=(0, 2, 3), dtype=np.float64)
+        sd = x.std(axis=(0, 2, 3), dtype=np.float64)
+        return cls(m, np.where(sd > 0, sd, 1.0))
+
+    def output_shape(self, in_shape: Shape) -> Shape:
+        if len(in_shape) != 3 or in_shape[0] != self.num_channels:
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.num_channels}, H, W), "
+                             f"got (N, {', '.join(map(str, in_shape))})")
+        return in_shape
+
+    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
+        out_shape = self._check_input(x)
+        n, c = out_shape[0], self.num_channels
+        y = self._buf("y", out_shape)
+        self.backend.normalize_forward(y.reshape(n, c, -1), self.backend.asarray(x).reshape(n, c, -1),
+                                       self.mean, self.std)
+        return y
+
+    def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
+        shape = self._input()
+        dy = self._check_grad(dy, shape)
+        if not need_dx:
+            return None
+        dx = self._buf("dx", shape)
+        n, c = shape[0], shape[1]
+        self.backend.normalize_backward(dx.reshape(n, c, -1), dy.reshape(n, c, -1), self.std)
+        return dx
+
+    def get_config(self) -> dict[str, Any]:
+        host = self.backend.to_host
+        return {"mean": [float(v) for v in host(self.mean)], "std": [float(v) for v in host(self.std)]}
+
+    def __repr__(self) -> str:
+        return f"Normalize({self.num_channels})"
