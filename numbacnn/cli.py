@@ -171,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "in all; the checkpoints go to FILE.npz itself unless --save names another file")
     o.add_argument("--evaluate", metavar="FILE.npz",
                    help="only evaluate a checkpoint: accuracy and confusion matrix")
+    o.add_argument("--tta", choices=("none", "mirror", "mirror-translate"), default="none",
+                   help="test-time augmentation of --evaluate and of the accuracy after training: the "
+                   "logits averaged over mirrored (and one-pixel translated) views of each test image "
+                   "(images only; default none)")
     o.add_argument("--report", metavar="DIR",
                    help="write a training report (DIR/index.html and PNG figures) at the end of "
                    "training, or on Ctrl-C with what exists (needs numbacnn[plot])")
@@ -243,19 +247,31 @@ def _evaluate(args, dp: DataParallel | None, lead: bool) -> int:
     ds = load_data(args, meta.get("seed", args.seed or 0), meta.get("test_size", args.test_size),
                    ck.net.input_shape)
     check_shapes(ck.net, ds, args.evaluate)
-    loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp)
+    _check_tta(args.tta, ds.x_test)
+    loss, acc = evaluate(ck.net, ds.x_test, ds.y_test, parallel=dp, tta=args.tta)
     n_classes = ck.net.output_shape(ck.net.input_shape or ds.input_shape)[0]
     matrix = confusion_matrix(ck.net, ds.x_test, ds.y_test, n_classes, parallel=dp)
     if lead:
-        print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images): "
+        with_tta = "" if args.tta == "none" else f" (test-time augmentation {args.tta})"
+        print(f"{args.evaluate} on {ds.name} test set ({len(ds.y_test)} images){with_tta}: "
               f"loss {loss:.4f}, accuracy {acc:.4f}")
         _print_confusion(matrix, ck.net.classes or ds.classes)
     return 0
 
 
+def _check_tta(mode: str, x: np.ndarray) -> None:
+    from .tta import check
+
+    try:
+        check(mode, tuple(x.shape[1:]))
+    except ValueError as e:
+        raise UsageError(f"--tta: {e}") from None
+
+
 def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any) -> int:
     """Train as configured: checkpoints, report, metrics; the exit status."""
     net, opt, ds = cfg.net, cfg.opt, cfg.ds
+    _check_tta(args.tta, ds.x_test)
     if dp is not None:  # rank 0's parameters and optimizer state everywhere; one compile per machine
         from .distributed import compile_step
 
@@ -341,8 +357,12 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
             why = "stopped early" if stopper.stopped else "finished"
             print(f"early stopping: {why}; kept the weights of epoch {stopper.best_epoch} "
                   f"(val loss {stopper.best:.4f})")
+    if args.tta != "none" and len(ds.y_test):  # the kept weights' accuracy over the views
+        final = dict(final, test_accuracy=evaluate(net, ds.x_test, ds.y_test, parallel=dp, tta=args.tta)[1],
+                     tta=args.tta)
     if lead:  # the result line, --quiet or not
-        print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f} after "
+        with_tta = f" with test-time augmentation {args.tta}" if "tta" in final else ""
+        print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f}{with_tta} after "
               f"{plural(trainer.epoch, 'epoch')}, {wall:.1f} s")
     if args.metrics_out and lead:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
@@ -352,7 +372,7 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
                    "lr_schedule": cfg.schedule, "batch_size": cfg.batch_size,
                    "seed": cfg.seed, "threads": _config.get_num_threads(),
                    "ranks": dp.size if dp is not None else 1,
-                   "test_accuracy": final.get("test_accuracy"), "wall_seconds": wall,
+                   "test_accuracy": final.get("test_accuracy"), "tta": args.tta, "wall_seconds": wall,
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
     return report()

@@ -109,6 +109,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         Cross-entropy against targets (1 - eps) * onehot + eps / n_classes.
     lr_schedule : {"constant", "cosine", "onecycle"}
         Over ``max_epochs`` (see ``numbacnn.Trainer``; "onecycle" peaks at ``learning_rate``).
+    tta : {"none", "mirror", "mirror-translate"}
+        Test-time augmentation of ``predict``, ``predict_proba`` and ``score``: the logits averaged
+        over mirrored (and translated) views of each image (``numbacnn.tta``); images only.
     """
 
     def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
@@ -118,7 +121,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
                  validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
                  class_weight: str | dict | None = None, warm_start: bool = False, verbose: int = 0,
                  n_threads: int | None = None, device: str = "cpu", augment: str | None = None,
-                 label_smoothing: float = 0.0, lr_schedule: str = "constant") -> None:
+                 label_smoothing: float = 0.0, lr_schedule: str = "constant", tta: str = "none") -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -140,6 +143,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.augment = augment
         self.label_smoothing = label_smoothing
         self.lr_schedule = lr_schedule
+        self.tta = tta
 
     # --- input handling -------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool, y=None):
@@ -213,6 +217,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         "augment": [str, None],
         "label_smoothing": [Interval(Real, 0, 1, closed="left")],
         "lr_schedule": [StrOptions({"constant", "cosine", "onecycle"})],
+        "tta": [StrOptions({"none", "mirror", "mirror-translate"})],
     }
 
     def _check_params(self) -> None:
@@ -375,8 +380,11 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self, "net_")
         X, _ = self._validate_X(X, reset=False)
+        from .tta import logits
+
+        images = self._images(X, self.input_shape_)
         with _threads(self.n_threads):
-            return self.net_.forward(self._images(X, self.input_shape_), training=False)
+            return logits(self.net_, images, self.tta)
 
     def predict_log_proba(self, X) -> np.ndarray:
         z = self._logits(X).astype(np.float64)

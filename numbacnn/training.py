@@ -61,16 +61,20 @@ class TrainingInterrupted(Exception):
 
 
 def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 256,
-             parallel: DataParallel | None = None) -> tuple[float, float]:
+             parallel: DataParallel | None = None, tta: str | None = None) -> tuple[float, float]:
     """Mean cross-entropy loss and accuracy of ``net`` on (x, y), in inference mode; with
-    ``parallel``, each rank evaluates its share and the sums are reduced."""
+    ``parallel``, each rank evaluates its share and the sums are reduced; ``tta``: test-time
+    augmentation, "mirror" or "mirror-translate" (``numbacnn.tta``)."""
+    from . import tta as _tta
+
+    mode = _tta.check(tta, tuple(x.shape[1:]))
     n = len(x)
     if parallel is not None:
         share = parallel.share(np.arange(n))
         x, y = x[share], y[share]
     total, correct = 0.0, 0
     for lo in range(0, len(x), batch_size):
-        logits = net.forward(x[lo:lo + batch_size], training=False)
+        logits = _tta.logits(net, x[lo:lo + batch_size], mode)
         yb = y[lo:lo + batch_size]
         loss, _ = softmax_cross_entropy(logits, yb)
         total += loss * len(yb)

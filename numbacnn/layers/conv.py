@@ -107,6 +107,53 @@ class Conv2D(Layer):
         if self.use_bias:
             _kaiming_uniform(rng, self.bias, fan_in)
 
+    # --- data-dependent and structured initialisations -------------------------------------------
+    def init_whitening(self, x: np.ndarray, eps: float = 5e-4) -> Conv2D:
+        """Set the weights to whiten the input's patches (airbench's first layer): with ``d`` =
+        C_in * KH * KW values per patch and their (uncentred) covariance ``S = E[p p^T]`` over every
+        patch of the images ``x`` (N, C_in, H, W) in float64, the filters are S's eigenvectors
+        scaled by 1 / sqrt(eigenvalue + eps), largest eigenvalue first, and then the same negated:
+        C_out must be 2 * d. The bias is left as it is. Returns the layer."""
+        kh, kw = self.kernel_size
+        d = self.in_channels * kh * kw
+        if self.out_channels != 2 * d:
+            raise ValueError(f"{self._label()}: whitening needs 2 * C_in * KH * KW = {2 * d} output "
+                             f"channels, the layer has {self.out_channels}")
+        x = np.asarray(x)
+        if x.ndim != 4 or x.shape[1] != self.in_channels or x.shape[2] < kh or x.shape[3] < kw or not len(x):
+            raise ValueError(f"{self._label()}: whitening needs images (N, {self.in_channels}, H, W) of at "
+                             f"least {kh}x{kw}, got shape {x.shape}")
+        if not (isinstance(eps, (int, float)) and eps > 0):
+            raise ValueError(f"{self._label()}: eps must be a positive number, got {eps!r}")
+        patches = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (kh, kw), axis=(2, 3))
+        flat = patches.transpose(0, 2, 3, 1, 4, 5).reshape(-1, d)  # (patches, C_in * KH * KW)
+        cov = flat.T @ flat / len(flat)
+        values, vectors = np.linalg.eigh(cov)  # ascending
+        values, vectors = values[::-1], vectors[:, ::-1]
+        filters = (vectors / np.sqrt(np.maximum(values, 0.0) + eps)).T.reshape(d, self.in_channels, kh, kw)
+        self._set_weight(np.concatenate([filters, -filters]))
+        return self
+
+    def init_dirac(self) -> Conv2D:
+        """The first min(C_out, C_in) filters pass their input channel through unchanged (1 at the
+        kernel's centre, 0 elsewhere; ``torch.nn.init.dirac_`` on those filters), the rest as they
+        are: a block that starts close to the identity. Returns the layer."""
+        self._set_weight(None)  # bound, or a clear error
+        w = np.array(self.backend.to_host(self.weight))
+        k = min(self.out_channels, self.in_channels)
+        w[:k] = 0.0
+        w[np.arange(k), np.arange(k), self.kernel_size[0] // 2, self.kernel_size[1] // 2] = 1.0
+        self._set_weight(w)
+        return self
+
+    def _set_weight(self, w: np.ndarray | None) -> None:
+        """Write ``w`` into the bound weights (None: only check that they are bound)."""
+        if getattr(self, "weight", None) is None:
+            raise RuntimeError(f"{self._label()}: no weights yet (put the layer in a Sequential, or "
+                               f"call initialize())")
+        if w is not None:
+            self.backend.write(self.weight, np.ascontiguousarray(w, np.float32))
+
     def output_shape(self, in_shape: Shape) -> Shape:
         if len(in_shape) != 3 or in_shape[0] != self.in_channels:
             raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_channels}, H, W), "
