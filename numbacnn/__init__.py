@@ -19,6 +19,7 @@ from .layers import (
     Normalize,
     ReLU,
     Residual,
+    Scale,
     Tanh,
 )
 from .loss import softmax_cross_entropy
@@ -46,4 +47,5 @@ __all__ = [
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
     "AdamW", "Augment", "GELU", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
+    "Scale",
 ]

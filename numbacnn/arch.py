@@ -34,6 +34,18 @@ PRESETS: dict[str, str] = {
                "res(conv(32,3,stride=2,padding=1),bn,relu,conv(32,3,padding=same),bn),relu,"
                "res(conv(64,3,stride=2,padding=1),bn,relu,conv(64,3,padding=same),bn),relu,gap",
 }
+# airbench94's network (Keller Jordan's CIFAR-10 speed record) for colour 32x32 inputs: a 2x2
+# whitening conv and three conv-pool-bn-gelu blocks of 64, 256, 256 channels; the recipe
+# (numbacnn/recipes.py) ends it with a bias-free dense layer and a 1/9 scale
+PRESETS["airbench94"] = (
+    "conv(24,2),gelu,"
+    "conv(64,3,padding=same,bias=False),maxpool(2),bn(1e-12,0.4),gelu,"
+    "conv(64,3,padding=same,bias=False),bn(1e-12,0.4),gelu,"
+    "conv(256,3,padding=same,bias=False),maxpool(2),bn(1e-12,0.4),gelu,"
+    "conv(256,3,padding=same,bias=False),bn(1e-12,0.4),gelu,"
+    "conv(256,3,padding=same,bias=False),maxpool(2),bn(1e-12,0.4),gelu,"
+    "conv(256,3,padding=same,bias=False),bn(1e-12,0.4),gelu,"
+    "maxpool(3)")
 DEFAULT_ARCH = "auto"
 
 

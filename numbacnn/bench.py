@@ -30,6 +30,12 @@ from .program import TEAM_AFTER
 
 NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
+SHAPES = {"airbench94": (3, 32, 32)}  # nets whose inputs are not SHAPE (CIFAR-10's colour 32x32)
+
+
+def input_shape(net: str) -> tuple[int, int, int]:
+    """The per-example input shape the benchmark gives ``net``."""
+    return SHAPES.get(net, SHAPE)
 N_CLASSES = 10
 
 
@@ -127,10 +133,10 @@ class _Ours:
     def __init__(self, net_name: str, batch: int, device: str = "cpu") -> None:
         import numbacnn as nc
 
-        self.net = nc.build_network(net_name, SHAPE, N_CLASSES, seed=0).to(device)
+        self.net = nc.build_network(net_name, input_shape(net_name), N_CLASSES, seed=0).to(device)
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
-        self.x = rng.random((batch,) + SHAPE, dtype=np.float32)
+        self.x = rng.random((batch,) + input_shape(net_name), dtype=np.float32)
         self.y = rng.integers(0, N_CLASSES, batch)
         self.trainer = nc.Trainer(self.net, self.opt, batch_size=batch, progress=False)
         self.nc = nc
@@ -419,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     from .arch import ArchitectureError, build_network
     for net in args.nets.split(","):
         try:
-            build_network(net, SHAPE, N_CLASSES, seed=0)
+            build_network(net, input_shape(net), N_CLASSES, seed=0)
         except (ArchitectureError, ValueError) as e:
             p.error(f"--nets {net!r}: {e}")
 
@@ -456,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f" (OPENBLAS_CORETYPE={forced} is set: OpenBLAS runs that core's kernels, numpy's and "
              f"onnxruntime's speed are not this CPU's)" if forced else ""))
     for net in nets:
-        fwd, train = flops_per_image(build_network(net, SHAPE, N_CLASSES, seed=0))
+        fwd, train = flops_per_image(build_network(net, input_shape(net), N_CLASSES, seed=0))
         print(f"{net}: {fwd / 1e6:.2f} MFLOP/image forward, {train / 1e6:.2f} MFLOP/image training")
     results = []
     head = f"{'net':9} {'batch':>5} {'thr':>3} | {'train img/s':>11} {'GFLOP/s':>7} {'%fma':>5}"

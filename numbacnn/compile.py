@@ -43,7 +43,7 @@ def workloads() -> None:
          (2, 12, 12)), ("modern", (1, 28, 28)), ("resnet8", (3, 32, 32)),
         ("conv(4,3),bn,tanh,gap,dense(8),bn,relu,dense(8),bn", (1, 8, 8)),
         ("conv(8,3,padding=same,bias=False),bn,gelu,maxpool(2),conv(16,3,padding=same,bias=False),bn,"
-         "gelu(tanh),gap,dense(10,bias=False)", (3, 16, 16)))]
+         "gelu(tanh),gap,dense(10,bias=False),scale(0.5)", (3, 16, 16)))]
     optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
                   lambda n: nc.AdamW(n, lr=1e-3),
                   lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),

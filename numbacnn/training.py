@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .distributed import DataParallel
 
 
-LR_SCHEDULES = ("constant", "cosine", "onecycle")
+LR_SCHEDULES = ("constant", "cosine", "onecycle", "triangle")
 
 
 def onecycle(step: int, total: int, max_lr: float, pct_start: float = 0.3, div_factor: float = 25.0,
@@ -46,6 +46,18 @@ def onecycle(step: int, total: int, max_lr: float, pct_start: float = 0.3, div_f
                                         momenta[0], momenta[1])
     cos = math.cos(math.pi * (step - start) / (end - start)) + 1
     return lr1 + (lr0 - lr1) / 2.0 * cos, m1 + (m0 - m1) / 2.0 * cos
+
+
+def triangle(step: int, total: int, warmup: float = 0.23, start: float = 0.2, end: float = 0.07) -> float:
+    """The learning-rate multiplier of step ``step`` (0-based) of ``total`` under airbench's schedule:
+    linear from ``start`` to 1 over the first int(warmup * total) steps, then linear to ``end`` at
+    step ``total``."""
+    warm = int(total * warmup)
+    if step < warm:
+        frac = step / warm
+        return start * (1 - frac) + frac
+    frac = (step - warm) / max(1, total - warm)
+    return (1 - frac) + end * frac
 
 
 class DivergenceError(RuntimeError):
@@ -108,6 +120,9 @@ class Callback:
 
     def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
         pass
+
+    def on_step_end(self, trainer: Trainer, step: int) -> None:
+        """After each optimizer step; ``step``: steps done in all (1 after the first)."""
 
     def on_train_end(self, trainer: Trainer) -> None:
         """After the last epoch (not after an interruption or an error)."""
@@ -188,7 +203,8 @@ class Trainer:
         ``torch.optim.lr_scheduler.OneCycleLR`` with its defaults, stepped per batch over all the
         steps of ``fit``, with the optimizer's lr as max_lr: a cosine warm-up from max_lr / 25 over
         30 % of the steps, then a cosine anneal to max_lr / 25e4; SGD's momentum (when > 0) and
-        Adam's beta1 cycle inversely between 0.95 and 0.85.
+        Adam's beta1 cycle inversely between 0.95 and 0.85. "triangle" (airbench's): per batch,
+        linear from 0.2 lr to lr over the first 23 % of the steps, then linear to 0.07 lr.
     augment : str, Augment or None
         Per-batch augmentation of image batches ("shift:2", "crop:4,flip"; see ``Augment``), drawn
         from ``seed``, the epoch and the step.
@@ -199,13 +215,20 @@ class Trainer:
     step_programs : bool
         On the CPU, record each batch shape's step once and replay its kernel calls
         (``numbacnn/program.py``; the same results bit for bit, less Python per step).
+    drop_last : bool
+        Leave out each epoch's last, partial batch (one batch shape; the examples it would hold
+        come in other epochs' batches).
+    max_steps : int or None
+        Stop after this many optimizer steps in all (a fractional number of epochs: the last epoch
+        ends early); per-batch schedules run over this many steps.
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
                  progress: bool = True, log: Callable[[str], None] | None = None,
                  shuffle: bool = True, lr_schedule: str = "constant",
                  parallel: DataParallel | None = None, step_programs: bool = True,
-                 augment: str | Augment | None = None, label_smoothing: float = 0.0) -> None:
+                 augment: str | Augment | None = None, label_smoothing: float = 0.0,
+                 drop_last: bool = False, max_steps: int | None = None) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
@@ -215,6 +238,11 @@ class Trainer:
         self.seed = int(seed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+        if max_steps is not None and (isinstance(max_steps, bool)
+                                      or not isinstance(max_steps, (int, np.integer)) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
+        self.drop_last = bool(drop_last)
+        self.max_steps = None if max_steps is None else int(max_steps)
         self.net = net
         self.optimizer = optimizer
         self.batch_size = int(batch_size)
@@ -261,8 +289,18 @@ class Trainer:
         self.seed = int(st.get("seed", self.seed))
 
     # --- training --------------------------------------------------------------------------------
+    def steps_per_epoch(self, n: int) -> int:
+        """Optimizer steps in an epoch of n examples."""
+        if self.drop_last and n >= self.batch_size:
+            return n // self.batch_size
+        n_steps = -(-n // self.batch_size)
+        if n > self.batch_size and n % self.batch_size == 1 and any(
+                layer.min_batch > 1 for layer in self.net.all_layers()):
+            n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
+        return n_steps
+
     def train_epoch(self, x: np.ndarray, y: np.ndarray, total_epochs: int | None = None,
-                    on_step: Callable[[], None] | None = None,
+                    on_step: Callable[[int], None] | None = None,
                     sample_weight: np.ndarray | None = None) -> dict[str, Any]:
         """One pass over (x, y) in shuffled mini-batches; resumes a partly done epoch. With
         ``sample_weight`` each batch's loss is the weighted mean of its examples' losses."""
@@ -277,10 +315,11 @@ class Trainer:
             g = np.random.default_rng()
             g.bit_generator.state = self._epoch_rng_state
             order = g.permutation(n) if self.shuffle else np.arange(n)
-        n_steps = -(-n // self.batch_size)
-        if n > self.batch_size and n % self.batch_size == 1 and any(
-                layer.min_batch > 1 for layer in self.net.all_layers()):
-            n_steps -= 1  # a last batch of one example joins the one before: BatchNorm1D needs two
+        n_steps = self.steps_per_epoch(n)
+        last = n if not self.drop_last or n < self.batch_size else n_steps * self.batch_size
+        total_steps = self.max_steps or (total_epochs or 1) * n_steps
+        if self.max_steps is not None:  # the last epoch may end early
+            n_steps = max(0, min(n_steps, self.max_steps - self.epoch * n_steps))
         bar = None
         if self.progress and interactive():  # a log file gets the per-epoch lines only
             from tqdm.auto import tqdm
@@ -291,10 +330,13 @@ class Trainer:
         try:
             for step in range(self._step, n_steps):
                 t0 = time.perf_counter()
-                idx = order[step * self.batch_size:(step + 1) * self.batch_size if step < n_steps - 1
-                            else n]
+                idx = order[step * self.batch_size:(step + 1) * self.batch_size
+                            if step < n_steps - 1 or n_steps < self.steps_per_epoch(n) else last]
+                done = self.epoch * self.steps_per_epoch(n) + step  # steps before this one
                 if self.lr_schedule == "onecycle":
-                    self._onecycle(self.epoch * n_steps + step, (total_epochs or 1) * n_steps)
+                    self._onecycle(done, total_steps)
+                elif self.lr_schedule == "triangle":
+                    self.optimizer.lr = self.base_lr * triangle(done, total_steps)
                 if self.parallel is None:
                     loss_sum, correct, seen = self._local_step(x, y, idx, step, sample_weight)
                 else:
@@ -305,7 +347,7 @@ class Trainer:
                 p["seen"] += seen
                 self._step = step + 1
                 if on_step is not None:
-                    on_step()
+                    on_step(done + 1)
                 if bar is not None:
                     bar.update(1)
                     if step % 5 == 0 or step == n_steps - 1:
@@ -321,6 +363,8 @@ class Trainer:
         self.epoch += 1
         self._epoch_rng_state = None
         self._step = 0
+        if self.max_steps is not None and self.epoch * self.steps_per_epoch(n) >= self.max_steps:
+            self.stop_training = True  # the steps asked for are done
         return {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
                 "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
                 "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
@@ -474,8 +518,12 @@ class Trainer:
             while self.epoch < epochs and not self.stop_training:
                 if self.lr_schedule == "cosine":
                     self.optimizer.lr = self.base_lr * 0.5 * (1.0 + math.cos(math.pi * self.epoch / epochs))
+                def on_step(step: int) -> None:
+                    for cb in callbacks:
+                        cb.on_step_end(self, step)
                 try:
-                    stats = self.train_epoch(x, y, total_epochs=epochs, sample_weight=sample_weight)
+                    stats = self.train_epoch(x, y, total_epochs=epochs, sample_weight=sample_weight,
+                                             on_step=on_step if callbacks else None)
                 except TrainingInterrupted:
                     if checkpoint is not None:
                         checkpoint(self)

@@ -214,3 +214,27 @@ def test_lookahead_resumes_bit_for_bit_from_a_checkpoint(tmp_path):
 def test_bad_lookahead_settings_are_one_clear_error(lookahead, message):
     with pytest.raises(ValueError, match=message):
         nc.SGD(_unbiased_net(), lr=0.1, lookahead=lookahead)
+
+
+def test_scale_multiplies_values_and_gradients_and_exports(tmp_path, rng):
+    net = nc.build_network("conv(3,3),relu,dense(5,bias=False),scale(0.125)", (1, 6, 6), 3, seed=0)
+    assert [type(layer).__name__ for layer in net.layers][-3:] == ["Dense", "Scale", "Dense"]
+    layer = nc.Scale(1 / 9)
+    x = f32(rng.standard_normal((4, 7)) * 3)
+    np.testing.assert_allclose(layer.forward(x, training=True), x.astype(np.float64) / 9, rtol=1e-6)
+    dy = f32(rng.standard_normal((4, 7)))
+    np.testing.assert_allclose(layer.backward(dy), dy.astype(np.float64) / 9, rtol=1e-6)
+    big = f32(rng.standard_normal(3 * 8192 + 5))  # the parallel blocks
+    np.testing.assert_array_equal(nc.Scale(-2.0).forward(big), big * np.float32(-2.0))
+    path = str(tmp_path / "s.npz")
+    nc.save(net, path)
+    xi = f32(rng.standard_normal((2, 1, 6, 6)))
+    np.testing.assert_array_equal(nc.load(path).forward(xi), net.forward(xi))
+    with pytest.raises(ValueError, match="Scale: factor must be a finite number"):
+        nc.Scale(float("nan"))
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    nc.export_onnx(net, str(tmp_path / "s.onnx"))
+    session = ort.InferenceSession(onnx.load(str(tmp_path / "s.onnx")).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"input": xi})[0], net.forward(xi), rtol=1e-5, atol=1e-6)

@@ -7,7 +7,7 @@ flat buffer) or from ``initialize(rng)`` when used alone. Buffers returned by
 ``forward``/``backward`` are reused by the next call with the same batch size: copy them if you
 keep them (``Sequential`` does).
 """
-from .activations import GELU, ReLU, Tanh
+from .activations import GELU, ReLU, Scale, Tanh
 from .base import LAYER_TYPES, TOKENS, Layer, Shape, layer_from_config, register
 from .batchnorm import BatchNorm1D, BatchNorm2D
 from .conv import Conv2D
@@ -21,7 +21,7 @@ from .residual import Residual
 
 __all__ = [
     "LAYER_TYPES", "TOKENS", "AvgPool2D", "BatchNorm1D", "BatchNorm2D", "Conv2D", "Dense", "Dropout",
-    "Flatten", "GELU", "GlobalAvgPool2D", "Layer", "MaxPool2D", "Normalize", "ReLU", "Residual", "Shape",
-    "Tanh",
+    "Flatten", "GELU", "GlobalAvgPool2D", "Layer", "MaxPool2D", "Normalize", "ReLU", "Residual", "Scale",
+    "Shape", "Tanh",
     "folds_inside", "fuse_chain", "layer_from_config", "register",
 ]

@@ -1,6 +1,7 @@
-"""Elementwise activations: ReLU, Tanh and GELU, on flat views of any shape."""
+"""Elementwise layers: ReLU, Tanh, GELU and a constant Scale, on flat views of any shape."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -139,3 +140,42 @@ class GELU(_Elementwise):
 
     def __repr__(self) -> str:
         return "GELU()" if self.approximate == "none" else f"GELU(approximate={self.approximate!r})"
+
+
+@register
+class Scale(_Elementwise):
+    """y = factor * x: a constant output scale (airbench multiplies its logits by 1/9); nothing is
+    trained."""
+
+    token = "scale"
+    token_args = ("factor",)
+    role = ""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
+            raise ValueError(f"Scale: factor must be a finite number, got {factor!r}")
+        self.factor = float(factor)
+
+    def _apply(self, y, x, training):
+        self.backend.run("activations", "scale", y, x, self.factor)
+
+    def _apply_backward(self, dx, dy):
+        self.backend.run("activations", "scale", dx, dy, self.factor)
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("Mul", [x, graph.const(self.factor)], "scale")
+
+    def torch_twin(self, torch: Any) -> Any:
+        factor = self.factor
+
+        class Scale(torch.nn.Module):
+            def forward(self, x):
+                return x * factor
+        return Scale()
+
+    def get_config(self) -> dict[str, Any]:
+        return {"factor": self.factor}
+
+    def __repr__(self) -> str:
+        return f"Scale({self.factor:g})"

@@ -295,3 +295,20 @@ def _gelu_grad_block(dxs, dys, xs, tanh_form):
             v = xs[i]
             e, de = _erf_parts(v * r)
             dxs[i] = dys[i] * (half * (one + e) + half * v * de * r)
+
+
+@kernel()
+def scale(y, x, a):
+    """y = a * x (a constant output scale, and its backward dx = a * dy). (M,) flat."""
+    M = y.shape[0]
+    a32 = np.float32(a)
+    if M <= _BLOCK:
+        for i in range(M):
+            y[i] = a32 * x[i]
+        return
+    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
+        lo = blk * _BLOCK
+        hi = min(M, lo + _BLOCK)
+        ys, xs = y[lo:hi], x[lo:hi]
+        for i in range(hi - lo):
+            ys[i] = a32 * xs[i]

@@ -99,3 +99,15 @@ def gelu_forward(y, x, tanh_form):
 def gelu_backward(dx, dy, x, tanh_form):
     """dx = dy * GELU'(x) (as the CPU kernel)."""
     _gelu_backward[grid(dx.size)](dx, dy, x, tanh_form)
+
+
+@cuda.jit
+def _scale(y, x, a):
+    i = cuda.grid(1)
+    if i < y.size:
+        y[i] = a * x[i]
+
+
+def scale(y, x, a):
+    """y = a * x (as the CPU kernel)."""
+    _scale[grid(y.size)](y, x, a)

@@ -1,0 +1,137 @@
+"""The airbench94 recipe: its schedule, steps, network, optimizer and Lookahead ramp against the
+published formulas (written out again here), and a short run through the command line."""
+import math
+
+import numpy as np
+import pytest
+from conftest import f32
+
+import numbacnn as nc
+from numbacnn import recipes
+from numbacnn.cli import main
+from numbacnn.training import Callback, triangle
+
+
+def _published_lr(step, total):
+    """airbench94's get_lr, as published."""
+    warmup_steps = int(total * 0.23)
+    if step < warmup_steps:
+        frac = step / warmup_steps
+        return 0.2 * (1 - frac) + 1.0 * frac
+    frac = (step - warmup_steps) / (total - warmup_steps)
+    return 1.0 * (1 - frac) + 0.07 * frac
+
+
+def test_triangle_is_airbench_s_schedule():
+    for total in (426, 476, 7):
+        assert [triangle(s, total) for s in range(total + 1)] == pytest.approx(
+            [_published_lr(s, total) for s in range(total + 1)], rel=1e-12)
+
+
+class _Record(Callback):
+    def __init__(self):
+        self.steps, self.lrs = [], []
+
+    def on_step_end(self, trainer, step):
+        self.steps.append(step)
+        self.lrs.append(trainer.optimizer.lr)
+
+
+def test_drop_last_and_max_steps_give_a_fractional_number_of_epochs(rng):
+    x = f32(rng.random((50, 1, 6, 6)))
+    y = np.arange(50) % 3
+    net = nc.build_network("conv(4,3),relu,dense(6)", (1, 6, 6), 3, seed=0)
+    trainer = nc.Trainer(net, nc.SGD(net, lr=0.1), batch_size=16, progress=False, drop_last=True,
+                         max_steps=7, lr_schedule="triangle")
+    record = _Record()
+    history = trainer.fit(x, y, 3, callbacks=[record])
+    assert record.steps == [1, 2, 3, 4, 5, 6, 7]  # 3 full batches an epoch (48 examples), then 1
+    assert record.lrs == pytest.approx([0.1 * _published_lr(s, 7) for s in range(7)])
+    assert len(history) == 3 and trainer.epoch == 3
+    with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+        nc.Trainer(net, nc.SGD(net, lr=0.1), max_steps=0)
+
+
+def _cifar_like(n, rng):
+    y = np.arange(n) % 10
+    x = f32(rng.random((n, 3, 32, 32)) * 0.5)
+    for i, c in enumerate(y):
+        x[i, c % 3, (c // 3) * 8:(c // 3) * 8 + 8, :] += 0.5
+    return x, y
+
+
+def test_the_network_and_optimizer_are_the_published_ones(rng):
+    x, _ = _cifar_like(40, rng)
+    net = recipes.airbench94_network(x, seed=0)
+    kinds = [type(layer).__name__ for layer in net.layers]
+    assert kinds[:3] == ["Normalize", "Conv2D", "GELU"]
+    assert kinds[-4:] == ["MaxPool2D", "Flatten", "Dense", "Scale"]
+    convs = [layer for layer in net.layers if layer.token == "conv"]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.use_bias) for c in convs] == [
+        (3, 24, (2, 2), True), (24, 64, (3, 3), False), (64, 64, (3, 3), False), (64, 256, (3, 3), False),
+        (256, 256, (3, 3), False), (256, 256, (3, 3), False), (256, 256, (3, 3), False)]
+    bns = [layer for layer in net.layers if layer.token == "bn"]
+    assert {(b.eps, b.momentum) for b in bns} == {(1e-12, 0.4)} and all(b.frozen == {"weight"} for b in bns)
+    assert net.layers[-1].factor == pytest.approx(1 / 9) and not net.layers[-2].use_bias
+    assert net.layers[1].frozen == {"weight"}
+    np.testing.assert_array_equal(net.layers[1].bias, 0)
+    w = convs[2].weight  # dirac filters: channel i passes through filter i
+    assert all(w[i, i, 1, 1] == 1 and np.count_nonzero(w[i]) == 1 for i in range(64))
+    opt = recipes.airbench94_optimizer(net)
+    # per 1024 examples: lr 11.5 and weight decay 0.0153 over (1 + 1 / (1 - 0.85)); a mean loss
+    assert opt.lr == pytest.approx(11.5 / (1 + 1 / 0.15)) and opt.momentum == 0.85 and opt.nesterov
+    assert opt.weight_decay == pytest.approx(0.0153 / 11.5)
+    (group,) = opt.groups
+    assert group["lr_scale"] == 64.0 and group["weight_decay"] == pytest.approx(0.0153 / 11.5 / 64)
+    bn_biases = [f"{i}.bias" for i, layer in enumerate(net.layers) if layer.token == "bn"]
+    assert sorted(group["params"]) == sorted(bn_biases)
+    assert opt.lookahead == {"k": 5, "alpha": 1.0, "buffers": True}
+
+
+def test_the_lookahead_ramp_the_bias_freeze_and_the_last_synchronisation(rng):
+    x, _ = _cifar_like(20, rng)
+    net = recipes.airbench94_network(x)
+    opt = recipes.airbench94_optimizer(net)
+    schedule = recipes._Airbench94Schedule(opt, 100)
+
+    class T:
+        epoch, optimizer = 0, opt
+    T.net = net
+    schedule.on_step_end(T, 4)  # the synchronisation after step 5 uses decay 0.95**5 * (5/100)**3
+    assert opt.lookahead["alpha"] == pytest.approx(1 - 0.95**5 * (5 / 100) ** 3)
+    T.epoch = 2
+    schedule.on_epoch_end(T, {})
+    assert "bias" not in net.layers[1].frozen
+    T.epoch = 3
+    schedule.on_epoch_end(T, {})
+    assert "bias" in net.layers[1].frozen
+    slow = np.array(opt.state["slow"])
+    net.params[:] += 1.0
+    schedule.on_step_end(T, 100)  # the last step: the network takes the slow weights
+    np.testing.assert_array_equal(net.params, slow)
+
+
+def test_a_short_run_from_the_command_line_and_its_bad_uses(tmp_path, capsys, rng):
+    x, y = _cifar_like(60, rng)
+    path = tmp_path / "c.npz"
+    np.savez(path, x_train=(x[:40].transpose(0, 2, 3, 1) * 255).astype(np.uint8), y_train=y[:40],
+             x_test=(x[40:].transpose(0, 2, 3, 1) * 255).astype(np.uint8), y_test=y[40:])
+    metrics = tmp_path / "m.json"
+    assert main(["--data", str(path), "--recipe", "airbench94", "--epochs", "1", "--quiet",
+                 "--save", str(tmp_path / "r.npz"), "--metrics-out", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert "with test-time augmentation mirror-translate, after 1 steps" in out
+    import json
+
+    m = json.loads(metrics.read_text())
+    assert m["recipe"] == "airbench94" and m["steps"] == 1 and 0 <= m["tta_test_accuracy"] <= 1
+    assert nc.load(str(tmp_path / "r.npz")).layers[-1].factor == pytest.approx(1 / 9)
+    assert main(["--data", str(path), "--recipe", "airbench94", "--arch", "mnistcnn"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["train.py: error: --recipe airbench94 sets --arch itself: leave it out"]
+    assert main(["--recipe", "airbench94"]) == 2  # the digits: 8x8 grey
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs colour 32x32 images" in err[0]
+    assert main(["--recipe", "airbench95"]) == 2
+    assert "invalid choice: 'airbench95'" in capsys.readouterr().err
+    assert math.isfinite(m["wall_seconds"])
