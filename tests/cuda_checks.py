@@ -38,12 +38,14 @@ def host(a):
 def oracle(layer, x, dy, p):
     """(y, dx, {name: gradient}) in float64 from tests/reference.py."""
     if isinstance(layer, nc.Conv2D):
-        y = ref.conv2d_forward(x, p["weight"], p["bias"], layer.stride, layer.padding)
+        b = p.get("bias", np.zeros(layer.out_channels))
+        y = ref.conv2d_forward(x, p["weight"], b, layer.stride, layer.padding)
         dx, dw, db = ref.conv2d_backward(dy, x, p["weight"], layer.stride, layer.padding)
-        return y, dx, {"weight": dw, "bias": db}
+        return y, dx, {"weight": dw, "bias": db} if "bias" in p else {"weight": dw}
     if isinstance(layer, nc.Dense):
         dx, dw, db = ref.dense_backward(dy, x, p["weight"])
-        return ref.dense_forward(x, p["weight"], p["bias"]), dx, {"weight": dw, "bias": db}
+        y = ref.dense_forward(x, p["weight"], p.get("bias", np.zeros(layer.out_features)))
+        return y, dx, {"weight": dw, "bias": db} if "bias" in p else {"weight": dw}
     geometry = (layer.kernel_size, layer.stride, layer.padding) if hasattr(layer, "kernel_size") else ()
     if isinstance(layer, nc.MaxPool2D):
         return ref.maxpool2d_forward(x, *geometry)[0], ref.maxpool2d_backward(dy, x, *geometry), {}
@@ -55,6 +57,10 @@ def oracle(layer, x, dy, p):
         return ref.normalize(x64, host(layer.mean), host(layer.std)), dy / std, {}
     if isinstance(layer, nc.ReLU):
         return np.maximum(x64, 0), dy * (x64 > 0), {}
+    if isinstance(layer, nc.GELU):
+        return ref.gelu(x64, layer.approximate), dy * ref.gelu_grad(x64, layer.approximate), {}
+    if isinstance(layer, nc.Scale):
+        return layer.factor * x64, layer.factor * dy, {}
     return np.tanh(x64), dy * (1 - np.tanh(x64) ** 2), {}
 
 
@@ -72,6 +78,11 @@ LAYER_CASES = [
     (lambda: nc.ReLU(), (2, 3, 4)),
     (lambda: nc.Tanh(), (2, 3, 4)),
     (lambda: nc.Normalize([0.1, 0.5, -0.2], [0.3, 2.0, 1.5]), (2, 3, 4, 5)),
+    (lambda: nc.Conv2D(2, 3, 3, padding=1, bias=False), (2, 2, 5, 4)),
+    (lambda: nc.Dense(7, 4, bias=False), (3, 7)),
+    (lambda: nc.GELU(), (2, 3, 4)),
+    (lambda: nc.GELU("tanh"), (2, 3, 4)),
+    (lambda: nc.Scale(-0.25), (2, 3, 4)),
 ]
 
 
@@ -185,6 +196,29 @@ def test_dropout_state_stays_on_the_device_and_moves_with_the_network():
     assert draws == 2
     net.to("cpu")
     assert drop.generator_state() == (seed, 2) and isinstance(drop._state, np.ndarray)
+
+
+def test_groups_frozen_parameters_and_lookahead_match_across_devices():
+    """Optimizer groups, a frozen parameter and Lookahead over parameters and BatchNorm statistics
+    (the lookahead_sync kernel) give the CPU's weights on the device."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 9)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    weights = []
+    for device in ("cpu", "cuda"):
+        net = nc.build_network("dense(5,bias=False),bn,gelu,dense(4),scale(0.5)", (9,), 3, seed=0).to(device)
+        net.layers[1].freeze("weight")
+        optim = nc.SGD(net, lr=0.05, momentum=0.9, nesterov=True,
+                       groups=[{"params": ["*.bias"], "lr_scale": 4.0, "weight_decay": 0.01}],
+                       lookahead={"k": 2, "alpha": 0.5, "buffers": True})
+        for _ in range(4):
+            loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+            net.backward(d)
+            optim.step()
+        weights.append(net.state_dict())
+        assert np.isfinite(loss)
+    for k in weights[0]:
+        np.testing.assert_allclose(weights[1][k], weights[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 @pytest.mark.parametrize("opt", ["sgd", "rmsprop", "adam", "adamw"])
