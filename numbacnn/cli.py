@@ -637,6 +637,8 @@ def run_predict(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint", help="a checkpoint written by train.py --save or nc.save")
     p.add_argument("files", nargs="+", help="PNG / JPEG / ... pictures, .npy, IDX, .npz or .csv files")
     p.add_argument("--out", metavar="FILE.csv", help="write file,label,probability rows here")
+    p.add_argument("--tta", choices=("none", "mirror", "mirror-translate"), default="none",
+                   help="test-time augmentation: average the logits over mirrored (and translated) views")
     args = p.parse_args(argv)
     if not os.path.exists(args.checkpoint):
         raise UsageError(f"checkpoint: {args.checkpoint}: no such file or directory")
@@ -649,6 +651,7 @@ def run_predict(argv: list[str] | None = None) -> int:
     if net.input_shape is None:
         raise CheckpointError(f"{args.checkpoint}: the network does not record its input shape")
     shape = tuple(net.input_shape)
+    _check_tta(args.tta, np.zeros((1, *shape), np.float32))
     rows, failed = [], 0
     for path in args.files:
         try:
@@ -657,7 +660,15 @@ def run_predict(argv: list[str] | None = None) -> int:
             print(f"predict: {e}", file=sys.stderr)
             failed += 1
             continue
-        proba = net.predict_proba(np.stack([a for _, a in images]))
+        batch = np.ascontiguousarray(np.stack([a for _, a in images]), np.float32)
+        if args.tta == "none":
+            proba = net.predict_proba(batch)
+        else:
+            from .tta import logits as tta_logits
+
+            z = tta_logits(net, batch, args.tta).astype(np.float64)
+            z = np.exp(z - z.max(axis=1, keepdims=True))
+            proba = z / z.sum(axis=1, keepdims=True)
         for (name, _), pr in zip(images, proba):
             k = int(pr.argmax())
             rows.append((name, net.classes[k] if net.classes and k < len(net.classes) else k,

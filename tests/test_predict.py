@@ -80,3 +80,24 @@ def test_pictures_without_pillow_name_the_extra(tmp_path, model):
     assert r.returncode == 1 and "pip install 'numbacnn[image]'" in r.stderr
     assert "in a checkout: pip install -e '.[image]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_predict_with_test_time_augmentation(tmp_path, model, rng, capsys):
+    from numbacnn import tta
+
+    net, ck = model
+    stack = rng.integers(0, 256, (5, 8, 8), dtype=np.uint8)
+    np.save(tmp_path / "s.npy", stack)
+    assert predict([ck, str(tmp_path / "s.npy"), "--tta", "mirror", "--out", str(tmp_path / "p.csv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "p.csv")))
+    z = tta.logits(net, stack[:, None].astype(np.float32) / np.float32(255), "mirror").astype(np.float64)
+    proba = np.exp(z - z.max(1, keepdims=True))
+    proba /= proba.sum(1, keepdims=True)
+    np.testing.assert_array_equal([int(r["label"]) for r in rows], proba.argmax(1))
+    np.testing.assert_allclose([float(r["probability"]) for r in rows], proba.max(1), rtol=1e-6)
+    flat = nc.build_network("dense(4)", (1, 1, 6), 3, seed=0)
+    nc.save(flat, str(tmp_path / "flat.npz"))
+    np.save(tmp_path / "f.npy", rng.integers(0, 256, (2, 1, 6), dtype=np.uint8))
+    assert predict([str(tmp_path / "flat.npz"), str(tmp_path / "f.npy"), "--tta", "mirror"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs images" in err[0]
