@@ -160,6 +160,9 @@ def build(levels: list[str] | None = None, log: Any = print) -> list[str]:
         size = sum(os.path.getsize(os.path.join(target, n)) for n in files)
         log(f"numbacnn: {level}, Python {py}: {len(files)} kernel specialisations, {size / 1e6:.1f} MB, "
             f"compiled in {time.perf_counter() - t0:.0f} s")
+    for level in levels_known:  # a level left from older sources can never load: drop it
+        if level not in wanted and not prebuilt._current(prebuilt._meta(level), level, stamp):
+            shutil.rmtree(os.path.join(prebuilt.FOLDER, level), ignore_errors=True)
     return [level for level in wanted]
 
 
