@@ -315,7 +315,7 @@ class Trainer:
             g = np.random.default_rng()
             g.bit_generator.state = self._epoch_rng_state
             order = g.permutation(n) if self.shuffle else np.arange(n)
-        n_steps = self.steps_per_epoch(n)
+        n_steps = per_epoch = self.steps_per_epoch(n)
         last = n if not self.drop_last or n < self.batch_size else n_steps * self.batch_size
         total_steps = self.max_steps or (total_epochs or 1) * n_steps
         if self.max_steps is not None:  # the last epoch may end early
@@ -331,8 +331,8 @@ class Trainer:
             for step in range(self._step, n_steps):
                 t0 = time.perf_counter()
                 idx = order[step * self.batch_size:(step + 1) * self.batch_size
-                            if step < n_steps - 1 or n_steps < self.steps_per_epoch(n) else last]
-                done = self.epoch * self.steps_per_epoch(n) + step  # steps before this one
+                            if step < n_steps - 1 or n_steps < per_epoch else last]
+                done = self.epoch * per_epoch + step  # steps before this one
                 if self.lr_schedule == "onecycle":
                     self._onecycle(done, total_steps)
                 elif self.lr_schedule == "triangle":
@@ -363,7 +363,7 @@ class Trainer:
         self.epoch += 1
         self._epoch_rng_state = None
         self._step = 0
-        if self.max_steps is not None and self.epoch * self.steps_per_epoch(n) >= self.max_steps:
+        if self.max_steps is not None and self.epoch * per_epoch >= self.max_steps:
             self.stop_training = True  # the steps asked for are done
         return {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
                 "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
