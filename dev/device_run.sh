@@ -1,9 +1,13 @@
 #!/bin/bash
-# Issue 36's checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
-# STAGES, a comma list: env, tests, profile, cudabench, train, cpubench. Logs go to $OUT.
+# Checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
+# STAGES, a comma list: env, tests, profile, cudabench, train, cpubench (MNIST-sized nets);
+# unpack, cifarbench, recipe, cifarcpu (CIFAR-10 and airbench94). Logs go to $OUT.
 # "train" reads mnist from .devdata/mnist: copy ../shared/data/mnist there (a folder that
 # .git/info/exclude ignores) and name .devdata in the device tool's carry. "env" installs the
 # package (pip install -e, no deps: the machine's image has numba, numba-cuda, torch, onnxruntime).
+# CIFAR-10 travels in two calls (dev/devdata.py pack: .devdata/a, then .devdata/b); "unpack"
+# decodes each call's part into /tmp/cifar. RECIPE_END: seconds from the start by which the
+# recipe's seeds must end (default 380); "cifarcpu" then times the 16 CPU cores.
 set -u
 export PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/nbcache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -43,5 +47,33 @@ if has cpubench; then
   timeout 170 python3 -m numbacnn.bench --threads 1,2,4,8,16 --nets lenet5,mnistcnn,modern --batches 256 \
     --rounds 2 --block 0.2 --scaling-rounds 5 --no-startup --json "$OUT/bench_cpu.json" 2>&1 \
     | tee "$OUT/bench_cpu.txt"
+fi
+if has unpack; then
+  stamp unpack
+  python3 dev/devdata.py unpack /tmp/cifar 2>&1 | tee -a "$OUT/unpack.txt"
+fi
+if has cifarcpu; then  # compile the CPU kernels while the GPU works (numba's cache serves the timing)
+  NUMBA_NUM_THREADS=16 timeout 400 python3 -m numbacnn.bench --nets airbench94 --batches 1024 --threads 16 \
+    --rounds 1 --block 0.1 --no-torch --no-onnx --no-startup >"$OUT/cifarcpu_warm.txt" 2>&1 &
+  warm_pid=$!
+fi
+if has cifarbench; then
+  stamp cifarbench
+  timeout 120 python3 -m numbacnn.bench --device cuda --nets airbench94 --batches 1024 --no-startup \
+    --rounds 2 --block 1 --json "$OUT/cifar_cuda_bench.json" 2>&1 | tee "$OUT/cifar_cuda_bench.txt"
+fi
+if has recipe; then
+  stamp recipe
+  end=${RECIPE_END:-380}; left=$(( end - ($(date +%s) - t0) ))
+  timeout $(( left > 30 ? left : 30 )) python3 benchmarks/recipe_seeds.py --data /tmp/cifar/cifar10-dev.npz \
+    --device cuda --seeds 0-4 --deadline $(( left - 10 )) --json "$OUT/recipe_cuda.json" 2>&1 \
+    | tee "$OUT/recipe_cuda.txt"
+fi
+if has cifarcpu; then
+  stamp cifarcpu
+  wait "$warm_pid"; tail -3 "$OUT/cifarcpu_warm.txt"
+  stamp cifarcpu-timed
+  timeout 150 python3 -m numbacnn.bench --nets airbench94 --batches 1024 --threads 16 --rounds 3 --block 3 \
+    --no-onnx --no-startup --json "$OUT/cifar_cpu16_bench.json" 2>&1 | tee "$OUT/cifar_cpu16_bench.txt"
 fi
 stamp done

@@ -282,18 +282,19 @@ def _run_recipe(args, dp: DataParallel | None) -> int:
     if clash:
         raise UsageError(f"--recipe {args.recipe} sets {', '.join(clash)} itself: leave "
                          f"{'it' if len(clash) == 1 else 'them'} out")
-    if dp is not None or args.device != "cpu":
-        raise UsageError(f"--recipe {args.recipe} runs on the CPU in one process")
+    if dp is not None:
+        raise UsageError(f"--recipe {args.recipe} runs in one process (on --device cpu or cuda)")
     seed = 0 if args.seed is None else args.seed
     ds = load_data(args, seed, args.test_size, progress=not args.quiet)
     if ds.input_shape != (3, 32, 32):
         raise UsageError(f"--recipe {args.recipe} needs colour 32x32 images (CIFAR-10's shape); "
                          f"{ds.name} has {'x'.join(map(str, ds.input_shape))}")
     if not args.quiet:
+        where = "the GPU" if args.device == "cuda" else f"{_config.get_num_threads()} threads"
         print(f"numbacnn: {ds.name}: {len(ds.y_train)} train / {len(ds.y_test)} test images; recipe "
-              f"{args.recipe}; {_config.get_num_threads()} threads")
+              f"{args.recipe}; {where}")
     result = train_airbench94(ds.x_train, ds.y_train, ds.x_test, ds.y_test, seed=seed,
-                              epochs=args.epochs, progress=not args.quiet)
+                              epochs=args.epochs, progress=not args.quiet, device=args.device)
     net = result["net"]
     net.classes = ds.classes
     print(f"done: test accuracy {result.get('test_accuracy', float('nan')):.4f}, "
