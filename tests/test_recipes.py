@@ -88,27 +88,66 @@ def test_the_network_and_optimizer_are_the_published_ones(rng):
     assert opt.lookahead == {"k": 5, "alpha": 1.0, "buffers": True}
 
 
-def test_the_lookahead_ramp_the_bias_freeze_and_the_last_synchronisation(rng):
+def _airbench_lookahead(deltas, per_epoch, total):
+    """airbench94's training loop around its LookaheadState, written out again: ``deltas[s]`` is
+    what step s + 1 adds to the weights; returns the weights after each step and epoch end."""
+    net, ema, out, step = np.zeros_like(deltas[0]), None, [], 0
+    for epoch in range(math.ceil(total / per_epoch)):
+        for _ in range(per_epoch):
+            net = net + deltas[step]
+            step += 1
+            if epoch >= 3 and step % 5 == 0:
+                if ema is None:
+                    ema = net.copy()
+                else:
+                    rho = 0.95**5 * (step / total) ** 3
+                    ema = ema + (1 - rho) * (net - ema)  # lerp_(net, 1 - rho)
+                    net = ema.copy()
+            out.append(net)
+            if step >= total:
+                break
+        if ema is not None:
+            net = ema.copy()  # update(decay=1.0) after every epoch
+            out.append(net)
+    return out
+
+
+def test_lookahead_and_the_bias_freeze_follow_airbench_s_loop(rng):
+    """The schedule's synchronisations (the start epoch, the ramp, the slow weights taken at every
+    epoch's end and at the last step) give the weights that airbench's loop gives."""
     x, _ = _cifar_like(20, rng)
     net = recipes.airbench94_network(x)
     opt = recipes.airbench94_optimizer(net)
-    schedule = recipes._Airbench94Schedule(opt, 100)
+    per_epoch, total = 7, 30
+    schedule = recipes._Airbench94Schedule(opt, total, per_epoch)
+    deltas = [rng.standard_normal(net.params.size).astype(np.float64) * 0.1 for _ in range(total)]
+    start = np.array(net.params, np.float64)
+    want = _airbench_lookahead(deltas, per_epoch, total)
 
     class T:
         epoch, optimizer = 0, opt
     T.net = net
-    schedule.on_step_end(T, 4)  # the synchronisation after step 5 uses decay 0.95**5 * (5/100)**3
-    assert opt.lookahead["alpha"] == pytest.approx(1 - 0.95**5 * (5 / 100) ** 3)
-    T.epoch = 2
-    schedule.on_epoch_end(T, {})
-    assert "bias" not in net.layers[1].frozen
-    T.epoch = 3
-    schedule.on_epoch_end(T, {})
-    assert "bias" in net.layers[1].frozen
-    slow = np.array(opt.state["slow"])
-    net.params[:] += 1.0
-    schedule.on_step_end(T, 100)  # the last step: the network takes the slow weights
-    np.testing.assert_array_equal(net.params, slow)
+    got, step = [], 0
+    schedule.on_train_begin(T)
+    for epoch in range(math.ceil(total / per_epoch)):
+        for _ in range(per_epoch):
+            net.params[:] += deltas[step].astype(np.float32)  # an optimizer step's update, then
+            step += 1                                           # its synchronisation (SGD.step)
+            opt.step_count += 1
+            if opt.step_count % opt.lookahead["k"] == 0:
+                opt.sync(opt.lookahead["alpha"])
+            schedule.on_step_end(T, step)
+            got.append(np.array(net.params, np.float64) - start)
+            if step >= total:
+                break
+        T.epoch = epoch + 1
+        schedule.on_epoch_end(T, {})
+        assert ("bias" in net.layers[1].frozen) == (T.epoch >= 3)  # trained for 3 epochs
+        if epoch >= 3:
+            got.append(np.array(net.params, np.float64) - start)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"entry {i}")
 
 
 def test_a_short_run_from_the_command_line_and_its_bad_uses(tmp_path, capsys, rng):
