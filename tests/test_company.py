@@ -66,6 +66,7 @@ def _wall(commands: list[list[str]], together: bool) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_two_trainings_at_once_take_no_longer_than_one_after_the_other():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs")
@@ -105,6 +106,7 @@ print(json.dumps(res))
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_parallel_model_search_is_no_slower_than_sequential_search():
     pytest.importorskip("dask.distributed")
     if len(os.sched_getaffinity(0)) < 2:

@@ -264,56 +264,6 @@ def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
     assert add_one(np.float32(1.0)) == 2.0 and numba.config.OPT == before
 
 
-CACHE_SCRIPT = """
-import hashlib
-import numpy as np
-import numbacnn as nc
-
-rng = np.random.default_rng(0)
-x = rng.random((9, 1, 8, 8), dtype=np.float32)
-y = rng.integers(0, 3, 9)
-digests = []
-for opt, kw in (("sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)),
-                ("rmsprop", dict(lr=0.01, momentum=0.5, centered=True)), ("adam", dict(lr=0.01))):
-    net = nc.build_network("conv(12,3,padding=same),relu,maxpool(2),conv(8,3,padding=1),tanh,"
-                           "avgpool(2),conv(4,3,stride=2,padding=1),dense(8),relu", (1, 8, 8), 3, seed=0)
-    o = nc.make_optimizer(opt, net, **kw)
-    for _ in range(3):
-        _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
-        net.backward(d)
-        o.step()
-    digests.append(hashlib.sha256(net.params.tobytes()).hexdigest())
-net = nc.build_network("conv(8,3,padding=same),bn,relu,res(conv(8,3,padding=same),bn),gap", (1, 8, 8), 3,
-                       seed=0)  # BatchNorm's backward, a residual block, global pooling
-o = nc.make_optimizer("adamw", net, lr=0.01)
-for _ in range(3):
-    _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
-    net.backward(d)
-    o.step()
-digests.append(hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest())
-print(" ".join(digests))
-"""
-
-
-@pytest.mark.slow
-def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(tmp_path):
-    """The first run of a seed (compiling) and later runs (loading numba's cache) give the same
-    bits: with fast-math 'contract', LLVM fused multiply-adds differently in the two, and with
-    'reassoc' it regrouped BatchNorm's input gradient in a fresh compile only."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBACNN_PREBUILT="0")
-    env.pop("NUMBACNN_NO_CACHE", None)
-    runs = [subprocess.run([sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, env=env,
-                           timeout=600) for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-2000:]
-    assert any(tmp_path.rglob("*.nbc"))  # the second run had a cache to load
-    assert runs[0].stdout == runs[1].stdout
-
-
 def test_inference_slices_follow_the_widest_written_activation(rng, monkeypatch):
     """eval_slice: the largest power of two whose widest layer (input and output as inference
     writes them: the fused ReLU and pool, the folded BatchNorm add nothing) fits the per-core

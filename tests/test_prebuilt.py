@@ -38,13 +38,13 @@ def test_a_compiled_tier_is_current():
 
 
 TRAIN = r"""
-import json, sys
+import hashlib, json, sys
 import numpy as np
 import numbacnn as nc
 from numbacnn.kernels import cpu as K
 rng = np.random.default_rng(0)
-out = {}
-for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):
+out, digests = {}, {}
+for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):  # the trainer's recorded steps
     net = nc.build_network(spec, (1, 28, 28), 10, seed=1)
     o = nc.Adam(net, lr=1e-3) if opt == "adam" else nc.SGD(net, lr=0.05, momentum=0.9, nesterov=True)
     x = rng.random((24, 1, 28, 28), dtype=np.float32)
@@ -52,20 +52,53 @@ for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):
     tr = nc.Trainer(net, o, batch_size=8, progress=False)
     tr.fit(x, y, 2, x, y)
     out[spec] = [float(v) for v in net.params[::97]] + [tr.history[-1]["test_loss"]]
+    digests[spec] = hashlib.sha256(net.params.tobytes()).hexdigest()
+x = rng.random((9, 1, 8, 8), dtype=np.float32)
+y = rng.integers(0, 3, 9)
+for spec, opt, kw in (  # forward and backward called one by one
+        ("conv(12,3,padding=same),relu,maxpool(2),conv(8,3,padding=1),tanh,avgpool(2),"
+         "conv(4,3,stride=2,padding=1),dense(8),relu", "rmsprop", dict(lr=0.01, momentum=0.5, centered=True)),
+        ("conv(8,3,padding=same),bn,relu,res(conv(8,3,padding=same),bn),gap", "adamw", dict(lr=0.01))):
+    net = nc.build_network(spec, (1, 8, 8), 3, seed=0)  # BatchNorm's backward, a residual block, gap
+    o = nc.make_optimizer(opt, net, **kw)
+    for _ in range(3):
+        _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+        net.backward(d)
+        o.step()
+    digests[opt] = hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest()
 misses = {name: sum(getattr(K, name).stats.cache_misses.values()) for name in K.__all__}
-print(json.dumps({"params": out, "compiled": {k: v for k, v in misses.items() if v},
+print(json.dumps({"params": out, "digests": digests, "compiled": {k: v for k, v in misses.items() if v},
                   "level": nc.prebuilt._level_and_stamp()[0]}))
 """
 
 
-def _train(tmp_path, name, **env_extra):
-    cache = tmp_path / name
+def _train(cache, **env_extra):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), **env_extra)
     env.pop("NUMBACNN_NO_CACHE", None)
     r = subprocess.run([sys.executable, "-c", TRAIN], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1]), cache
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled_here(tmp_path_factory):
+    """TRAIN with the tier off, twice over one numba cache: compiling every kernel into the empty
+    cache, then loading them all from it (the suite's one cold compile of these kernels)."""
+    cache = tmp_path_factory.mktemp("numba-cache")
+    first = _train(cache, NUMBACNN_PREBUILT="0")
+    return first, _train(cache, NUMBACNN_PREBUILT="0"), cache
+
+
+@pytest.mark.slow
+def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(compiled_here):
+    """The first run (compiling) and a later one (loading numba's cache) give the same bits: with
+    fast-math 'contract', LLVM fused multiply-adds differently in the two, and with 'reassoc' it
+    regrouped BatchNorm's input gradient in a fresh compile only."""
+    first, second, cache = compiled_here
+    assert first["compiled"] and list(cache.rglob("*.nbi")) and first["level"] is None
+    assert second["compiled"] == {}  # every kernel came from the cache
+    assert second["digests"] == first["digests"]
 
 
 def _levels_this_host_runs():
@@ -77,17 +110,17 @@ def _levels_this_host_runs():
 
 @needs_level
 @pytest.mark.slow
-def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path):
+def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path, compiled_here):
     """Every level this host can run that is compiled (`python -m numbacnn compile` builds the
-    host's; with --all-levels an AVX-512 host also has the x86-64-v3 cap)."""
-    native, cache = _train(tmp_path, "native", NUMBACNN_PREBUILT="0")
-    assert native["compiled"] and list(cache.rglob("*.nbi"))  # the same run compiled for this host
-    assert native["level"] is None
+    host's; with --all-levels an AVX-512 host also has the x86-64-v3 cap), against the same run
+    compiled for this host."""
+    native = compiled_here[0]
     info = prebuilt.status()
     levels = [level for level in _levels_this_host_runs() if info.get(level, {}).get("current")]
     assert levels and levels[0] == prebuilt.status()["level"]
     for level in levels:
-        pre, cache = _train(tmp_path, level, NUMBACNN_PREBUILT=level)
+        cache = tmp_path / level
+        pre = _train(cache, NUMBACNN_PREBUILT=level)
         assert pre["level"] == level
         assert pre["compiled"] == {}, level  # every kernel of both nets' training and evaluation was shipped
         assert not list(cache.rglob("*.nbi")), level
