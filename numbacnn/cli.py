@@ -277,8 +277,8 @@ def _run_recipe(args, dp: DataParallel | None) -> int:
     --metrics-out."""
     from .recipes import train_airbench94
 
-    clash = [f"--{k.replace('_', '-')}" for k in RECIPE_SETS
-             if getattr(args, k, None) not in (None, False, 0)]
+    defaults = vars(build_parser().parse_args([]))  # a flag given, even as 0 (--momentum 0), clashes
+    clash = [f"--{k.replace('_', '-')}" for k in RECIPE_SETS if getattr(args, k, None) != defaults[k]]
     if clash:
         raise UsageError(f"--recipe {args.recipe} sets {', '.join(clash)} itself: leave "
                          f"{'it' if len(clash) == 1 else 'them'} out")

@@ -168,6 +168,9 @@ def test_a_short_run_from_the_command_line_and_its_bad_uses(tmp_path, capsys, rn
     assert main(["--data", str(path), "--recipe", "airbench94", "--arch", "mnistcnn"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["train.py: error: --recipe airbench94 sets --arch itself: leave it out"]
+    assert main(["--data", str(path), "--recipe", "airbench94", "--momentum", "0", "--lr", "0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["train.py: error: --recipe airbench94 sets --lr, --momentum itself: leave them out"]
     assert main(["--recipe", "airbench94"]) == 2  # the digits: 8x8 grey
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs colour 32x32 images" in err[0]
