@@ -141,9 +141,7 @@ def train_airbench94(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarra
     batch = h["batch_size"]
     n_classes = int(np.max(y_train)) + 1
     t0 = time.perf_counter()
-    net = airbench94_network(x_train, max(n_classes, 2), seed)
-    if device != "cpu":
-        net.to(device)
+    net = airbench94_network(x_train, max(n_classes, 2), seed).to(device)
     opt = airbench94_optimizer(net)
     n = len(x_train)
     steps_per_epoch = n // batch if n >= batch else 1

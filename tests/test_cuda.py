@@ -26,10 +26,9 @@ def test_asking_for_cuda_without_a_gpu_is_a_clear_error(capsys):
 
 
 # the checks in shards of similar length in the simulator (a parallel test run spreads them)
-SHARDS = ("modern_layers or trainer_steps or estimator_on_cuda or graph",
-          "tiled_convolution or layer_matches_oracle",
-          "not (modern_layers or trainer_steps or estimator_on_cuda or graph or tiled_convolution "
-          "or layer_matches_oracle)")
+_TRAINING = "modern_layers or trainer_steps or estimator_on_cuda or graph"
+_CONVS = "tiled_convolution or layer_matches_oracle"
+SHARDS = (_TRAINING, _CONVS, f"not ({_TRAINING} or {_CONVS})")
 
 
 @pytest.mark.slow
