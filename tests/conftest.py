@@ -47,9 +47,29 @@ def run_without(module, command, argv, **kw):
 SLOW_CASES = ("winograd+fused pool", "2-64-34-30-64", "17-12-14-14-32", "5-12-16-14-64")
 
 
+# The longest tests, longest first (minutes of one core each on 2 cores: the CUDA simulator's shards,
+# the suite's cold compiles, the README's blocks, finite differences). A parallel run
+# (`-n 2 --dist loadgroup`) starts them first, so that its workers finish together instead of one
+# running a long test alone at the end.
+LONGEST_FIRST = ("test_cuda_kernels_in_simulator_or_on_gpu", "test_kernels_loaded_from_the_disk_cache",
+                 "test_an_empty_cache_trains_on_prebuilt_kernels", "test_only_one_rank_per_machine_compiles",
+                 "test_every_readme_python_block_runs_in_order",
+                 "test_bn_residual_gap_network_gradients_match_finite_differences",
+                 "test_hand_edited_checkpoint_metadata", "test_whole_network_gradient_matches_finite",
+                 "150-16-12-11-48", "test_readme_cross_validation_score_on_digits",
+                 "test_concurrent_fits_on_the_workqueue_layer", "test_default_digits_run_reaches_98_percent",
+                 "test_report_after_training_and_from_the_checkpoint", "winograd+fused pool",
+                 "test_grid_search_on_a_dask_cluster", "test_a_hostile_folder_loads_the_same")
+
+
+def _rank(item):
+    return next((i for i, name in enumerate(LONGEST_FIRST) if name in item.nodeid), len(LONGEST_FIRST))
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("N", 0) >= 100 or any(c in item.nodeid for c in SLOW_CASES):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=_rank)  # stable: the rest keep their order

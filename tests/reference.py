@@ -24,12 +24,10 @@ def conv2d_forward(x, w, b, stride, pad):
     xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
     xp[:, :, ph:ph + H, pw:pw + W] = x
     out = np.zeros((N, Co, OH, OW))
-    for n in range(N):
-        for co in range(Co):
-            for oy in range(OH):
-                for ox in range(OW):
-                    patch = xp[n, :, oy * sh:oy * sh + KH, ox * sw:ox * sw + KW]
-                    out[n, co, oy, ox] = np.sum(patch * w[co]) + b[co]
+    for oy in range(OH):  # each output position: every example's patch against every filter
+        for ox in range(OW):
+            patch = xp[:, :, oy * sh:oy * sh + KH, ox * sw:ox * sw + KW]
+            out[:, :, oy, ox] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3])) + b
     return out
 
 
@@ -47,14 +45,12 @@ def conv2d_backward(dout, x, w, stride, pad):
     dxp = np.zeros_like(xp)
     dw = np.zeros_like(w)
     db = dout.sum(axis=(0, 2, 3))
-    for n in range(N):
-        for co in range(Co):
-            for oy in range(OH):
-                for ox in range(OW):
-                    g = dout[n, co, oy, ox]
-                    sl = (slice(oy * sh, oy * sh + KH), slice(ox * sw, ox * sw + KW))
-                    dw[co] += g * xp[n][:, sl[0], sl[1]]
-                    dxp[n][:, sl[0], sl[1]] += g * w[co]
+    for oy in range(OH):  # each output position's gradient (every example, every filter)
+        for ox in range(OW):
+            g = dout[:, :, oy, ox]
+            sl = (slice(None), slice(None), slice(oy * sh, oy * sh + KH), slice(ox * sw, ox * sw + KW))
+            dw += np.tensordot(g, xp[sl], axes=([0], [0]))
+            dxp[sl] += np.tensordot(g, w, axes=([1], [0]))
     return dxp[:, :, ph:ph + H, pw:pw + W], dw, db
 
 
@@ -81,14 +77,15 @@ def maxpool2d_forward(x, K, S, P):
     OH, OW = _pool_out(H, W, K, S, P)
     out = np.zeros((N, C, OH, OW))
     arg = np.zeros((N, C, OH, OW), np.int64)
-    for n in range(N):
-        for c in range(C):
-            for oy, ox, cells in _windows(H, W, K, S, P):
-                vals = [float(x[n, c, iy, ix]) for iy, ix in cells]
-                nan = [i for i, v in enumerate(vals) if math.isnan(v)]
-                best = nan[0] if nan else int(np.argmax(vals))  # np.argmax: first maximum
-                out[n, c, oy, ox] = vals[best]
-                arg[n, c, oy, ox] = cells[best][0] * W + cells[best][1]
+    x = np.asarray(x, np.float64)
+    for oy, ox, cells in _windows(H, W, K, S, P):  # each window, for every example and channel
+        iy, ix = np.array(cells).T
+        vals = x[:, :, iy, ix]  # (N, C, cells) in row-major window order
+        nan = np.isnan(vals)
+        # the first NaN where there is one, else the first maximum (np.argmax: first occurrence)
+        best = np.where(nan.any(axis=2), nan.argmax(axis=2), np.where(nan, -np.inf, vals).argmax(axis=2))
+        out[:, :, oy, ox] = np.take_along_axis(vals, best[..., None], axis=2)[..., 0]
+        arg[:, :, oy, ox] = iy[best] * W + ix[best]
     return out, arg
 
 
@@ -107,10 +104,10 @@ def avgpool2d_forward(x, K, S, P):
     N, C, H, W = x.shape
     out = np.zeros((N, C) + _pool_out(H, W, K, S, P))
     area = _pair(K)[0] * _pair(K)[1]
-    for n in range(N):
-        for c in range(C):
-            for oy, ox, cells in _windows(H, W, K, S, P):
-                out[n, c, oy, ox] = sum(float(x[n, c, iy, ix]) for iy, ix in cells) / area
+    x = np.asarray(x, np.float64)
+    for oy, ox, cells in _windows(H, W, K, S, P):  # padding counts as zeros: divided by the full area
+        iy, ix = np.array(cells).T
+        out[:, :, oy, ox] = x[:, :, iy, ix].sum(axis=2) / area
     return out
 
 

@@ -172,7 +172,7 @@ import numbacnn.cli as cli
 from numbacnn.kernels import cpu as K
 rank = MPI.COMM_WORLD.Get_rank()
 rc = cli.main(sys.argv[1:])  # finalises MPI
-kernels = [K.conv2d_forward_wide, K.conv2d_backward_wide, K.dense_forward, K.dense_backward]
+kernels = [K.dense_forward, K.dense_backward]
 misses = sum(sum(k.stats.cache_misses.values()) for k in kernels)
 print(json.dumps({"rank": rank, "misses": misses, "rc": rc}), flush=True)
 """
@@ -186,11 +186,11 @@ def test_only_one_rank_per_machine_compiles(tmp_path, npz):
     # without the prebuilt kernels: this is about compiling
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBACNN_PREBUILT": "0"}
     r = mpirun(["-c", COUNT_COMPILES, "--distributed", "--quiet", "--data", npz, "--epochs", "1",
-                "--arch", "conv(2,3),relu,dense(4)"], env=env, timeout=600)
+                "--arch", "dense(4)"], env=env, timeout=600)  # few kernels: a short cold compile
     assert r.returncode == 0, r.stderr[-3000:]
     # the ranks' lines may reach the shared stdout interleaved ('{...}{...}\n\n'): find each object
     misses = {d["rank"]: d["misses"] for d in map(json.loads, re.findall(r"\{[^{}]*\}", r.stdout))}
-    assert misses[0] == 4 and misses[1] == 0, misses
+    assert misses[0] == 2 and misses[1] == 0, misses
     assert '"rc": 0' in r.stdout
 
 

@@ -44,7 +44,9 @@ import numbacnn as nc
 from numbacnn.kernels import cpu as K
 rng = np.random.default_rng(0)
 out, digests = {}, {}
-for spec, opt in (("lenet5", "adam"), ("mnistcnn", "sgd")):  # the trainer's recorded steps
+# the trainer's recorded steps (no 32-channel 3x3 layer: Winograd's kernels would double the compile)
+for spec, opt in (("lenet5", "adam"), ("conv(6,5),relu,maxpool(2),conv(12,3,stride=2,padding=1),relu,"
+                                       "dense(10)", "sgd")):
     net = nc.build_network(spec, (1, 28, 28), 10, seed=1)
     o = nc.Adam(net, lr=1e-3) if opt == "adam" else nc.SGD(net, lr=0.05, momentum=0.9, nesterov=True)
     x = rng.random((24, 1, 28, 28), dtype=np.float32)
@@ -91,6 +93,7 @@ def compiled_here(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cold_compile")  # one worker computes compiled_here for both tests
 def test_kernels_loaded_from_the_disk_cache_compute_what_fresh_ones_do(compiled_here):
     """The first run (compiling) and a later one (loading numba's cache) give the same bits: with
     fast-math 'contract', LLVM fused multiply-adds differently in the two, and with 'reassoc' it
@@ -110,6 +113,7 @@ def _levels_this_host_runs():
 
 @needs_level
 @pytest.mark.slow
+@pytest.mark.xdist_group("cold_compile")
 def test_an_empty_cache_trains_on_prebuilt_kernels_as_compiled_ones_do(tmp_path, compiled_here):
     """Every level this host can run that is compiled (`python -m numbacnn compile` builds the
     host's; with --all-levels an AVX-512 host also has the x86-64-v3 cap), against the same run
