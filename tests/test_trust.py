@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, tiny_npz
 
 from numbacnn.checkpoint import _digest
-from numbacnn.cli import main
+from numbacnn.cli import COMMANDS, main
 from numbacnn.data import folders as F
 from numbacnn.data import load_dataset
 
@@ -184,10 +184,13 @@ def test_hand_edited_checkpoint_metadata_is_one_line_everywhere(tmp_path, capsys
             assert err.count("\n") == 1 and bad in err and "metadata" in err, (name, err)
         for command in ("predict", "export"):
             extra = [data] if command == "predict" else [str(tmp_path / "m.onnx")]
-            r = subprocess.run([sys.executable, "-m", "numbacnn", command, bad, *extra], capture_output=True,
-                               text=True, timeout=300, cwd=ROOT)
-            assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (
-                name, command, r.stderr)
+            if i == 0:  # the first edit as a user runs the commands; the others in this process
+                r = subprocess.run([sys.executable, "-m", "numbacnn", command, bad, *extra],
+                                   capture_output=True, text=True, timeout=300, cwd=ROOT)
+                rc, err = r.returncode, r.stderr
+            else:
+                rc, err = main([bad, *extra], command=COMMANDS[command]), capsys.readouterr().err
+            assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, (name, command, err)
 
 
 HUGE = "99999999999999999999"
