@@ -1,4 +1,4 @@
-"""The modern small-CNN recipe of issue 33 in numbacnn and in PyTorch, same data, same machine,
+"""The modern small-CNN recipe in numbacnn and in PyTorch, same data, same machine,
 one process (run one after the other): four 3x3 convs (32, 32, 64, 64, same padding) each with
 BatchNorm and ReLU, max pools after the 2nd and 4th, dense 128 + dropout 0.25, random shifts of up
 to 2 pixels, Adam with a one-cycle schedule (max lr 4e-3), batch 64.

@@ -5,8 +5,7 @@ Usage: python benchmarks/profile_inference.py [net] [batch] [threads] [rounds]
 Each call of the network's recorded inference program is timed on its own (median of repeated
 calls), then onnxruntime runs the exported model with profiling on; both lists are printed in
 microseconds, with whole predictions of each for scale. Needs the ``[onnx]`` extra. Not part of the
-package: a developer's tool for aiming kernel work where onnxruntime is faster (docs/performance.md,
-session 30).
+package: a developer's tool for aiming kernel work where onnxruntime is faster (docs/performance.md).
 """
 import collections
 import json

@@ -106,7 +106,7 @@ def test_normalize_matches_pytorch_and_trains_the_same_replayed_and_on_any_threa
 # --- image folders -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_image_folder_trains_evaluates_predicts_and_exports_with_class_names(tmp_path):
-    """The issue's scenario: a few hundred colour PNGs in 3 classes, through the command line."""
+    """A user's scenario: a few hundred colour PNGs in 3 classes, through the command line."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     data = make_folder(tmp_path / "photos", 80)
