@@ -66,8 +66,8 @@ def compare(spec: str, shape: tuple[int, ...], batch: int, rounds: int, block: f
             r.append(n * batch / (time.perf_counter() - t0))
         ratios.append(r[0] / r[1])
         rates.append(r[0])
-    strategies = [layer.strategy + ("+pool" if layer.fused_pool else "")
-                  + ("+relu" if layer.fused_relu else "")
+    strategies = [layer.strategy + ("+pool" if layer.fusion.pool else "")
+                  + ("+relu" if layer.fusion.relu else "")
                   for layer in net.layers if isinstance(layer, nc.Conv2D)]
     print(f"{statistics.median(rates):9.0f} img/s  {statistics.median(ratios):5.2f}x  {shape}  "
           f"{spec}  [{', '.join(strategies)}]", flush=True)

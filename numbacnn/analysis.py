@@ -173,7 +173,7 @@ def feature_maps(model: Any, x1: np.ndarray) -> list[tuple[str, np.ndarray]]:
         prev = layers[i - 1] if i else None
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         conv_stage = (layer.role == "activation" and prev is not None and prev.role == "conv"
-                      and not getattr(prev, "fused_pool", None)) \
+                      and not prev.fusion.pool) \
             or (layer.role == "conv" and (nxt is None or nxt.role != "activation"))
         if (conv_stage or layer.role == "pool") and np.ndim(h) == 4:
             out.append((layer.name, np.array(net.backend.to_host(h))[0]))

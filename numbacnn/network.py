@@ -228,7 +228,7 @@ class Sequential:
     def _folds_inside(self, upto: int | None) -> bool:
         """Whether ``layers[:upto]`` holds every layer that its inference folds reach (a Conv2D's
         BatchNorm2D, and the max pool it pools for), and the last Conv2D before the cut hands its
-        output on channel-first (not to a Winograd layer past the cut, ``infer_layout``), so that
+        output on channel-first (not to a Winograd layer past the cut, ``Fusion.infer_layout``), so that
         the folded forward stops where asked."""
         if upto is None:
             return True

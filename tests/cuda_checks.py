@@ -13,6 +13,7 @@ import numbacnn as nc
 from numbacnn.backend.cuda_conv import GatherPlan, TiledPlan
 from numbacnn.kernels import cuda as KC
 from numbacnn.kernels.cuda.conv2d_tiled import dw_chunks
+from numbacnn.layers.base import Fusion
 
 pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA GPU or simulator")
 
@@ -137,7 +138,7 @@ def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks, tiles):
     rng = np.random.default_rng(2)
     x = rng.standard_normal(shape).astype(np.float32)
     layer, p = on_gpu(make)
-    layer.fused_relu = True
+    layer.fusion = Fusion(relu=True)
     assert layer.strategy == "tiled"
     y = host(layer.forward(cuda.to_device(x), training=True))
     assert dw_chunks(x.shape, p["weight"].shape, y.shape)[0] == chunks

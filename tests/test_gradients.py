@@ -197,7 +197,7 @@ def test_strategy_nets_cover_every_path():
         for layer in net.layers:
             if isinstance(layer, nc.Conv2D):
                 strategies.add(layer.strategy)
-                fused |= layer.fused_pool is not None
+                fused |= layer.fusion.pool is not None
             if isinstance(layer, nc.Dense):
                 blocks |= layer.in_features > 64 and layer.out_features > 32  # >= 2 blocks each way
     assert strategies == {"direct", "wide", "positions", "gemm", "winograd"} and fused and blocks

@@ -1,5 +1,6 @@
 """Every CPU kernel (through its layer) against the float64 oracle in reference.py."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from conftest import f32
 
 import numbacnn as nc
 from numbacnn.kernels import cpu as K
+from numbacnn.layers.base import Fusion
 
 NO_RECORD = np.zeros(0, np.int32)  # a fold or packing without a record: always runs
 
@@ -421,7 +423,7 @@ def test_first_layer_weight_gradients_match_oracle(rng, Ci, K, S, P, relu):
     ckk = layer.geometry.ckk
     assert layer.strategy == ("gemm" if S != 1 else "positions" if Ci >= 12
                               else "direct" if ckk <= 64 else "wide")
-    layer.fused_relu = relu
+    layer.fusion = Fusion(relu=relu)
     x = f32(rng.standard_normal((67, Ci, 9, 10)))  # 67 examples: 64 gradient parts of 1 or 2
     y = layer.forward(x, training=True)
     ref_y = ref.conv2d_forward(x, layer.weight, layer.bias, S, P)
@@ -567,7 +569,7 @@ def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W
     net = _winograd_chain(rng, Co2)
     convs = [net.layers[i] for i in (0, 4, 7)]
     assert [c.strategy for c in convs] == ["winograd"] * 3
-    assert [c.infer_layout for c in convs] == [2, 3, 1]
+    assert [c.fusion.infer_layout for c in convs] == [2, 3, 1]
     x = f32(rng.standard_normal((N, 32, H, W)))
     good = N - 1 if N > 1 else N  # with several examples the last one holds a NaN
     if N > 1:
@@ -583,7 +585,7 @@ def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W
                                          *_bn(net.layers[5]))[0], 0)
     np.testing.assert_allclose(features[:good], h, rtol=1e-4, atol=1e-4)
     for c in convs:  # the channel-first chain: the same bits
-        c.infer_layout = 0
+        c.fusion = replace(c.fusion, infer_layout=0)
     net.__dict__.pop("_programs", None)
     np.testing.assert_array_equal(net.forward(x), y)
 
@@ -597,7 +599,7 @@ def test_pools_over_128_elements_are_not_fused():
     """The fused pool stores int8 offsets inside the window: larger windows run as separate layers."""
     for pool, fused in (((8, 16), True), ((9, 15), False)):
         net = nc.Sequential([nc.Conv2D(1, 2, 2), nc.ReLU(), nc.MaxPool2D(pool)], seed=0)
-        assert (net.layers[0].fused_pool is not None) == fused == net.layers[2].fused
+        assert (net.layers[0].fusion.pool is not None) == fused == net.layers[2].fusion.absorbed
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES))
@@ -610,7 +612,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     net = nc.Sequential([nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)],
                         seed=3)
     conv = _other_row_plan(net.layers[0], plan)
-    assert conv.fused_pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fused
+    assert conv.fusion.pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fusion.absorbed
     if ties:
         x = f32(rng.integers(-2, 3, (N, Ci, H, W)))
         conv.weight[...] = rng.integers(-1, 2, conv.weight.shape)
@@ -642,7 +644,7 @@ def test_unpooled_conv_relu_on_fma_blocks_matches_oracle(rng, Ci, Co, H, W, P):
     values, the gradients through the ReLU, and inference against the float64 oracle."""
     net = nc.Sequential([nc.Conv2D(Ci, Co, 3, padding=P), nc.ReLU()], seed=2)
     conv = net.layers[0]
-    assert conv.strategy == "positions" and conv.fused_relu and conv.plan.direct_forward
+    assert conv.strategy == "positions" and conv.fusion.relu and conv.plan.direct_forward
     conv.bias[...] = f32(rng.standard_normal(Co))  # biases of both signs, different per channel
     x = f32(rng.standard_normal((3, Ci, H, W)))
     y = net.forward(x, training=True)
@@ -696,7 +698,7 @@ def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, 
     values is untouched, and every finite output matches."""
     net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.ReLU(), nc.MaxPool2D(pool)], seed=1)
     conv = net.layers[0]
-    assert conv.strategy == "winograd" and conv.fused_pool
+    assert conv.strategy == "winograd" and conv.fusion.pool
     conv.plan.always = True
     x = f32(rng.standard_normal((3, 32, 12, 11)))
     x[0, 0, 4, 5] = bad
@@ -715,17 +717,37 @@ def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, 
         np.testing.assert_allclose(y[finite], ey[finite], rtol=1e-5, atol=1e-5)
 
 
+def test_the_fusion_plan_comes_from_the_chain_alone():
+    """fusion.plan reads a chain and returns each layer's part without touching the layers; a
+    Sequential gives each layer its part (Conv2D + BatchNorm2D + ReLU + MaxPool2D: the BatchNorm
+    applies the ReLU in training; at inference the convolution folds the BatchNorm, its ReLU and
+    the pool)."""
+    from numbacnn.layers.base import NO_FUSION
+    from numbacnn.layers.fusion import plan
+
+    layers = [nc.Conv2D(1, 2, 3), nc.BatchNorm2D(2), nc.ReLU(), nc.MaxPool2D(2)]
+    parts = plan(layers)
+    assert all(layer.fusion is NO_FUSION for layer in layers)
+    assert parts == [Fusion(infer_bn=layers[1], infer_pool=(2, 2)), Fusion(relu=True, infer_absorbed=True),
+                     Fusion(absorbed=True), Fusion(infer_absorbed=True)]
+    net = nc.Sequential(layers)
+    assert [layer.fusion for layer in net.layers] == parts
+    with net.unfused():
+        assert all(layer.fusion is NO_FUSION for layer in net.layers)
+    assert [layer.fusion for layer in net.layers] == parts
+
+
 def test_fusion_only_where_it_is_exact():
     convs = [nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3, stride=2), nc.Conv2D(1, 2, 3), nc.Conv2D(1, 2, 3)]
     net = nc.Sequential([convs[0], nc.ReLU(), nc.MaxPool2D(2, stride=1)])  # overlapping windows
-    assert convs[0].fused_relu and convs[0].fused_pool is None
+    assert convs[0].fusion.relu and convs[0].fusion.pool is None
     nc.Sequential([convs[1], nc.ReLU(), nc.MaxPool2D(2)])  # strided conv: the im2col strategy
-    assert convs[1].fused_relu and convs[1].fused_pool is None
+    assert convs[1].fusion.relu and convs[1].fusion.pool is None
     nc.Sequential([convs[2], nc.MaxPool2D(2)])  # no ReLU between
-    assert not convs[2].fused_relu and convs[2].fused_pool is None
+    assert not convs[2].fusion.relu and convs[2].fusion.pool is None
     nc.Sequential([convs[3], nc.ReLU(), nc.MaxPool2D(2, padding=1)])
-    assert convs[3].fused_pool is None
-    assert not net.layers[2].fused
+    assert convs[3].fusion.pool is None
+    assert not net.layers[2].fusion.absorbed
 
 
 def test_fused_pool_window_larger_than_conv_output_is_a_clear_error():

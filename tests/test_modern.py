@@ -9,6 +9,7 @@ from test_gradients import numeric_grad
 
 import numbacnn as nc
 from numbacnn.augment import augmented
+from numbacnn.layers.base import Fusion
 from numbacnn.training import onecycle
 
 
@@ -44,7 +45,7 @@ def _perturbed(net, rng):
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_bn_residual_gap_network_gradients_match_finite_differences(rng, smoothing):
     net = _bn_net()
-    assert net.layers[1].fused_relu and net.layers[2].fused  # the block's add applies the ReLU
+    assert net.layers[1].fusion.relu and net.layers[2].fusion.absorbed  # the block's add applies the ReLU
     _perturbed(net, rng)
     x = f32(rng.standard_normal((4, 2, 7, 7)))
     y = rng.integers(0, 3, 4)
@@ -68,7 +69,7 @@ def test_batchnorm_matches_oracle_in_both_modes_with_running_stats(rng, shape, r
     bn = (nc.BatchNorm2D if len(shape) == 4 else nc.BatchNorm1D)(c, eps=1e-3, momentum=0.2).initialize(0)
     bn.weight[:] = f32(rng.standard_normal(c))
     bn.bias[:] = f32(rng.standard_normal(c))
-    bn.fused_relu = relu
+    bn.fusion = Fusion(relu=relu)
     x = f32(rng.standard_normal(shape) * 3 + 1)
     rm, rv = np.zeros(c), np.ones(c)
     for _ in range(3):

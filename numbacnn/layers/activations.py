@@ -41,14 +41,13 @@ class ReLU(_Elementwise):
     """max(x, 0); the gradient passes where the output is positive.
 
     In a Sequential right after a Conv2D, the convolution applies it (one pass over memory fewer
-    each way) and this layer passes values and gradients through unchanged (``fused``).
+    each way) and this layer passes values and gradients through unchanged (``fusion.absorbed``).
     """
 
-    fused = False
     token = "relu"
 
     def writes_nothing(self) -> bool:
-        return self.fused
+        return self.fusion.absorbed
 
     def onnx(self, graph: Any, x: str) -> str:
         return graph.node("Relu", [x], "act")
@@ -57,13 +56,13 @@ class ReLU(_Elementwise):
         return torch.nn.ReLU()
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
-        if self.fused:
+        if self.fusion.absorbed:
             self._check_input(x)
             return x
         return super().forward(x, training)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
-        if self.fused:
+        if self.fusion.absorbed:
             return self._check_grad(dy, self._in_shape or ()) if need_dx else None
         return super().backward(dy, need_dx)
 

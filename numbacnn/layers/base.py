@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +42,31 @@ def _positive_int(v: Any, what: str, layer: str) -> int:
     return int(v)
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """A layer's part in its chain's fusion plan (``fusion.plan``): work it does for the layers
+    after it, or work a layer before it does in its place. Training and inference:
+    ``relu`` (a Conv2D, BatchNorm2D or residual add applies the ReLU that follows), ``pool`` (a
+    Conv2D max-pools its output by this window in its epilogue: forward returns the pooled output,
+    backward takes the pooled gradient), ``absorbed`` (a ReLU or MaxPool2D whose work the layer
+    before did: values and gradients pass through). Inference only (``Layer.infer``):
+    ``infer_bn`` (the BatchNorm2D a Conv2D folds in, with that BatchNorm's ReLU), ``infer_pool``
+    (the max pool such a Conv2D applies too), ``infer_layout`` (a Conv2D between Winograd layers: 1
+    = its input comes channel-last, 2 = its output goes so), ``infer_absorbed`` (a BatchNorm2D
+    folded, a MaxPool2D pooled by the convolution before it)."""
+
+    relu: bool = False
+    pool: tuple[int, int] | None = None
+    absorbed: bool = False
+    infer_bn: Any = None
+    infer_pool: tuple[int, int] | None = None
+    infer_layout: int = 0
+    infer_absorbed: bool = False
+
+
+NO_FUSION = Fusion()
+
+
 class Layer:
     """Base class. Subclasses implement ``output_shape``, ``forward`` and ``backward``; they compute
     through ``self.backend`` (set with ``device``, by ``Sequential.to``) and keep their buffers in
@@ -51,6 +77,7 @@ class Layer:
     # backend, in state_dict after the parameters, moved with the layer
     buffer_names: tuple[str, ...] = ()
     name: str = ""  # set by Sequential to "layer i (Repr)"
+    fusion: Fusion = NO_FUSION  # set by fusion.fuse_chain from its chain's plan
 
     def __init__(self) -> None:
         self.backend: Backend = get_backend("cpu")

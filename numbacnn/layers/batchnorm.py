@@ -17,7 +17,7 @@ class BatchNorm2D(Layer):
     and ``running_var`` (the unbiased variance) with ``momentum``; evaluation: normalises with the
     running statistics. ``weight`` (ones) and ``bias`` (zeros) are trained; the running statistics
     and ``num_batches_tracked`` are saved in ``state_dict`` under torch's names. In a Sequential a
-    following ReLU is applied inside this layer's kernels (``fused_relu``).
+    following ReLU is applied inside this layer's kernels (``fusion.relu``).
     """
 
     param_names = ("weight", "bias")
@@ -28,7 +28,6 @@ class BatchNorm2D(Layer):
     dweight: Any
     dbias: Any
 
-    infer_folded = False  # inference only: folded into the convolution before it (fuse_chain)
 
     token = "bn"
     token_args = ("eps", "momentum")
@@ -41,7 +40,7 @@ class BatchNorm2D(Layer):
         return [kind(shape[0], eps=args["eps"], momentum=args["momentum"])]
 
     def writes_nothing(self) -> bool:
-        return self.infer_folded
+        return self.fusion.infer_absorbed
 
     def onnx(self, graph: Any, x: str) -> str:
         # BatchNorm1D too: ONNX's BatchNormalization takes (N, C) and (N, C, L)
@@ -69,7 +68,6 @@ class BatchNorm2D(Layer):
         self.running_mean = np.zeros(self.num_features, np.float32)
         self.running_var = np.ones(self.num_features, np.float32)
         self.num_batches_tracked = np.zeros(1, np.int64)
-        self.fused_relu = False  # set by Sequential when a ReLU follows
 
     def param_shapes(self) -> dict[str, Shape]:
         return {"weight": (self.num_features,), "bias": (self.num_features,)}
@@ -89,7 +87,7 @@ class BatchNorm2D(Layer):
         return in_shape
 
     def infer(self, x: np.ndarray) -> np.ndarray:
-        return x if self.infer_folded else self.forward(x, training=False)  # folded: done by the conv
+        return x if self.fusion.infer_absorbed else self.forward(x, training=False)  # folded into the conv
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
@@ -105,10 +103,10 @@ class BatchNorm2D(Layer):
         if training:
             be.batchnorm_forward_train(y3, mean, invstd, self.running_mean, self.running_var,
                                        self.num_batches_tracked, x3, self.weight, self.bias, self.eps,
-                                       self.momentum, self.fused_relu)
+                                       self.momentum, self.fusion.relu)
         else:
             be.batchnorm_forward_eval(y3, mean, invstd, x3, self.running_mean, self.running_var,
-                                      self.weight, self.bias, self.eps, self.fused_relu)
+                                      self.weight, self.bias, self.eps, self.fusion.relu)
         return self._buffers["y"]
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -118,7 +116,7 @@ class BatchNorm2D(Layer):
         self.backend.batchnorm_backward(None if dx is None else dx.reshape(n, c, s), self.dweight,
                                         self.dbias, dy.reshape(n, c, s), self._x, self._y,
                                         self._buffers["mean"], self._buffers["invstd"], self.weight,
-                                        self.fused_relu, self._batch_stats)
+                                        self.fusion.relu, self._batch_stats)
         return dx
 
     def __getstate__(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 it (a following ReLU and max pool; at inference a folded BatchNorm2D)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +21,6 @@ from .base import (
     register,
 )
 
-if TYPE_CHECKING:
-    from .batchnorm import BatchNorm2D
-
 
 @register
 class Conv2D(Layer):
@@ -40,14 +37,6 @@ class Conv2D(Layer):
     bias: Any
     dweight: Any
     dbias: Any
-
-    # inference-only fusion (fuse_chain): the BatchNorm2D folded in, and its ReLU / max pool
-    infer_bn: BatchNorm2D | None = None
-    infer_pool: tuple[int, int] | None = None
-    # and in chains of plans that take them (Winograd's) the activations between them channel-last:
-    # 1 = the input comes so from the layer before, 2 = the output goes so to the layer after
-    # (ConvPlan.forward_channels_last)
-    infer_layout = 0
 
     token = "conv"
     token_args = ("filters", "kernel_size", "stride", "padding", "bias")
@@ -81,12 +70,6 @@ class Conv2D(Layer):
             pad = _pair(padding, "padding", label, 0)
         self.padding = pad
         self._padding_arg = padding
-        # set by Sequential when a ReLU follows: the ReLU is applied inside this layer's kernels
-        self.fused_relu = False
-        # set by Sequential (when the plan fuses_pool) when ReLU and a non-overlapping unpadded
-        # MaxPool2D follow: (pool_h, pool_w); forward then returns the pooled output and the
-        # backward takes the pooled gradient, while those two layers pass values through
-        self.fused_pool: tuple[int, int] | None = None
 
     def param_shapes(self) -> dict[str, Shape]:
         kh, kw = self.kernel_size
@@ -189,9 +172,10 @@ class Conv2D(Layer):
     def forward(self, x: np.ndarray, training: bool = False, backward: bool = True) -> np.ndarray:
         """``backward=False`` (``infer``): no backward follows (the fused pool's argmax may be left
         unwritten)."""
-        self._check_pooled(self._check_input(x), self.fused_pool)
+        f = self.fusion
+        self._check_pooled(self._check_input(x), f.pool)
         return self.plan.forward(self._buffers, self.backend.asarray(x), self.weight, self.bias,
-                                 self.fused_relu, self.fused_pool, backward)
+                                 f.relu, f.pool, backward)
 
     def _check_pooled(self, out_shape: Shape, pool: tuple[int, int] | None) -> None:
         if pool and (out_shape[2] < pool[0] or out_shape[3] < pool[1]):
@@ -201,33 +185,34 @@ class Conv2D(Layer):
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         return self.plan.backward(self._buffers, dy, self.weight, self.dweight, self.dbias, need_dx,
-                                  self.fused_relu, self.fused_pool)
+                                  self.fusion.relu, self.fusion.pool)
 
     def infer(self, x: np.ndarray) -> np.ndarray:
-        """With a following BatchNorm2D folded in (``infer_bn``): its running statistics and affine
+        """With a following BatchNorm2D folded in (``fusion.infer_bn``): its running statistics and affine
         map folded into a copy of the weights, and its ReLU and a following max pool applied in this
         convolution's epilogue. The fold runs on every call but returns at once while its inputs
         keep their bits (so always current), and counts its writes for the plan's packings."""
-        bn, layout = self.infer_bn, self.infer_layout
+        f = self.fusion
+        bn, layout = f.infer_bn, f.infer_layout
         if bn is None and not layout:
             return self.forward(x, training=False, backward=False)
         out_shape = self._check_input(x.transpose(0, 3, 1, 2) if layout & 1 else x)
         x = self.backend.asarray(x)
         if bn is None:
-            self._check_pooled(out_shape, self.fused_pool)
-            return self.plan.forward_channels_last(self._buffers, x, self.weight, self.bias, self.fused_relu,
-                                                   self.fused_pool, None, layout)
-        self._check_pooled(out_shape, self.infer_pool)
+            self._check_pooled(out_shape, f.pool)
+            return self.plan.forward_channels_last(self._buffers, x, self.weight, self.bias, f.relu, f.pool,
+                                                   None, layout)
+        self._check_pooled(out_shape, f.infer_pool)
         co = self.out_channels
         wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
         version = self.backend.batchnorm_fold(self._buffers, wf.reshape(co, -1), bf,
                                               self.weight.reshape(co, -1), self.bias, bn.weight, bn.bias,
                                               bn.running_mean, bn.running_var, bn.eps)
         if layout:
-            return self.plan.forward_channels_last(self._buffers, x, wf, bf, bn.fused_relu, self.infer_pool,
+            return self.plan.forward_channels_last(self._buffers, x, wf, bf, bn.fusion.relu, f.infer_pool,
                                                    version, layout)
-        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fused_relu,
-                                 self.infer_pool, backward=False, version=version)
+        return self.plan.forward(self._buffers, self.backend.asarray(x), wf, bf, bn.fusion.relu,
+                                 f.infer_pool, backward=False, version=version)
 
     def get_config(self) -> dict[str, Any]:
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,

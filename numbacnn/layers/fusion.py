@@ -1,11 +1,14 @@
 """Fusion along a chain of layers: which layer applies its neighbour's work (a convolution's ReLU
 and max pool, a BatchNorm's ReLU, a residual add's ReLU; at inference a BatchNorm folded into the
 convolution before it and channel-last hand-offs between Winograd layers). The only place that
-knows pairs of layer types; the layers read the flags it sets in their forward and backward."""
+knows pairs of layer types: ``plan`` computes a chain's plan (a ``Fusion`` per layer) from the
+layers alone, ``fuse_chain`` gives each layer its part; the layers read ``self.fusion``."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .activations import ReLU
-from .base import Layer
+from .base import NO_FUSION, Fusion, Layer
 from .batchnorm import BatchNorm2D
 from .conv import Conv2D
 from .pool import MaxPool2D
@@ -13,74 +16,70 @@ from .residual import Residual
 
 
 def fuse_chain(layers: list[Layer], enabled: bool = True) -> None:
-    """Fusions along a chain of layers (a Sequential's, or a residual path's): a Conv2D or a
-    BatchNorm applies the ReLU that follows it (the ReLU then passes through), and a Conv2D whose
-    plan can (``fuses_pool``) also a following non-overlapping, unpadded MaxPool2D (pooled in the
-    GEMM epilogue: the full-size activation is never written, read back or backpropagated
-    through). ``enabled=False`` undoes them all."""
+    """Give each layer of a chain (a Sequential's, or a residual path's, planned on its own) its
+    part of the chain's plan; ``enabled=False`` undoes every fusion."""
     for layer in layers:
-        if isinstance(layer, (Conv2D, BatchNorm2D, Residual)):
-            layer.fused_relu = False
-        if isinstance(layer, Conv2D):
-            layer.fused_pool = None
-            layer.infer_bn, layer.infer_pool, layer.infer_layout = None, None, 0
-        if isinstance(layer, BatchNorm2D):
-            layer.infer_folded = False
-        if isinstance(layer, (ReLU, MaxPool2D)):
-            layer.fused = False
-        if isinstance(layer, MaxPool2D):
-            layer.infer_fused = False
         for _, path in layer.paths():
             fuse_chain(path, enabled)
-    if not enabled:
-        return
+    for layer, part in zip(layers, plan(layers) if enabled else [NO_FUSION] * len(layers)):
+        layer.fusion = part
+
+
+def plan(layers: list[Layer]) -> list[Fusion]:
+    """The fusion plan of a chain, a ``Fusion`` per layer (the layers are not changed): a Conv2D or a
+    BatchNorm applies the ReLU that follows it (the ReLU then passes through), a residual add too,
+    and a Conv2D whose plan can (``fuses_pool``) also a following non-overlapping, unpadded
+    MaxPool2D (pooled in the GEMM epilogue: the full-size activation is never written, read back
+    or backpropagated through). At inference a Conv2D also folds a following BatchNorm2D (with its
+    ReLU and a max pool after it), and Winograd layers hand each other channel-last activations."""
+    parts = [NO_FUSION] * len(layers)
+
+    def update(i: int, **changes: object) -> None:
+        parts[i] = replace(parts[i], **changes)  # type: ignore[arg-type]
+
     for i, layer in enumerate(layers[:-1]):
         relu = layers[i + 1]
-        if isinstance(layer, Residual) and isinstance(relu, ReLU):  # the add applies it
-            layer.fused_relu = relu.fused = True
+        if not (isinstance(layer, (Conv2D, BatchNorm2D, Residual)) and isinstance(relu, ReLU)):
             continue
-        if not (isinstance(layer, (Conv2D, BatchNorm2D)) and isinstance(relu, ReLU)):
-            continue
-        layer.fused_relu = True
-        relu.fused = True
+        update(i, relu=True)
+        update(i + 1, absorbed=True)
         pool = _poolable(layer, layers[i + 2] if i + 2 < len(layers) else None)
         if pool is not None:
-            layer.fused_pool = pool.kernel_size  # type: ignore[union-attr]  # a Conv2D (_poolable)
-            pool.fused = True
+            update(i, pool=pool.kernel_size)
+            update(i + 2, absorbed=True)
     # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
     for i, layer in enumerate(layers[:-1]):
         bn = layers[i + 1]
         if not (isinstance(layer, Conv2D) and type(bn) is BatchNorm2D):
             continue
-        layer.infer_bn = bn
-        bn.infer_folded = True
-        pool = _poolable(layer, layers[i + 3] if bn.fused_relu and i + 3 < len(layers) else None)
+        update(i, infer_bn=bn)
+        update(i + 1, infer_absorbed=True)
+        pool = _poolable(layer, layers[i + 3] if parts[i + 1].relu and i + 3 < len(layers) else None)
         if pool is not None:
-            layer.infer_pool = pool.kernel_size
-            pool.infer_fused = True
-    # inference only: Winograd layers hand each other channel-last activations (Conv2D.infer_layout;
+            update(i, infer_pool=pool.kernel_size)
+            update(i + 3, infer_absorbed=True)
+    # inference only: Winograd layers hand each other channel-last activations (Fusion.infer_layout;
     # modern's prediction at batch 1 / 8 / 64: 0.94 / 0.96 / 0.95x the time)
     for i, layer in enumerate(layers):
         if not (isinstance(layer, Conv2D) and layer.plan.channels_last):
             continue
         j = i + 1  # the layer that reads this one's inference output
-        while j < len(layers) and _passes_on(layers[j], layer):
+        while j < len(layers) and _passes_on(layers[j], parts[j], layer, parts[i]):
             j += 1
         after = layers[j] if j < len(layers) else None
         if isinstance(after, Conv2D) and after.plan.channels_last:
-            layer.infer_layout |= 2
-            after.infer_layout |= 1
+            update(i, infer_layout=parts[i].infer_layout | 2)
+            update(j, infer_layout=parts[j].infer_layout | 1)
+    return parts
 
 
-def _passes_on(layer: Layer, conv: Conv2D) -> bool:
+def _passes_on(layer: Layer, part: Fusion, conv: Conv2D, conv_part: Fusion) -> bool:
     """Whether ``layer``'s inference passes its input on untouched because ``conv`` before it did
     its work (a folded BatchNorm2D, a fused ReLU, a fused max pool)."""
     if isinstance(layer, BatchNorm2D):
-        return layer.infer_folded and conv.infer_bn is layer
-    if isinstance(layer, ReLU):
-        return layer.fused
-    if isinstance(layer, MaxPool2D):
-        return layer.infer_fused or layer.fused
+        return part.infer_absorbed and conv_part.infer_bn is layer
+    if isinstance(layer, (ReLU, MaxPool2D)):
+        return part.absorbed or part.infer_absorbed
     return False
 
 
@@ -97,14 +96,14 @@ def _poolable(conv: Layer, pool: Layer | None) -> MaxPool2D | None:
 def folds_inside(layers: list[Layer], cut: int) -> bool:
     """Whether ``layers[:cut]`` holds every layer that its inference folds reach (a Conv2D's
     BatchNorm2D, and the max pool it pools for), and the last Conv2D before the cut hands its
-    output on channel-first (not to a Winograd layer past the cut, ``infer_layout``)."""
+    output on channel-first (not to a Winograd layer past the cut, ``Fusion.infer_layout``)."""
     last = None
     for i, layer in enumerate(layers[:cut]):
         reach = 0
         if isinstance(layer, Conv2D):
             last = layer
-            if layer.infer_bn is not None:
-                reach = 3 if layer.infer_pool else 1
+            if layer.fusion.infer_bn is not None:
+                reach = 3 if layer.fusion.infer_pool else 1
         if i + reach >= cut:
             return False
-    return last is None or not last.infer_layout & 2
+    return last is None or not last.fusion.infer_layout & 2

@@ -72,16 +72,15 @@ class MaxPool2D(_Pool2D):
     """Max pooling as ``torch.nn.MaxPool2d``; caches each example's argmax for the backward.
 
     In a Sequential after Conv2D and ReLU (CPU), the convolution may pool in its epilogue
-    (``Conv2D.fused_pool``); this layer then passes values and gradients through (``fused``).
+    (``Fusion.pool``); this layer then passes values and gradients through (``fusion.absorbed``;
+    ``fusion.infer_absorbed``: at inference, pooled by a convolution with a folded BatchNorm).
     """
 
-    fused = False
-    infer_fused = False  # inference only: pooled in the epilogue of a conv with a folded BatchNorm
     token = "maxpool"
     keeps_argmax = True
 
     def writes_nothing(self) -> bool:
-        return self.fused or self.infer_fused
+        return self.fusion.absorbed or self.fusion.infer_absorbed
 
     def onnx(self, graph: Any, x: str) -> str:
         return self._onnx_pool(graph, x, "MaxPool")
@@ -98,15 +97,15 @@ class MaxPool2D(_Pool2D):
         """The last forward's argmax cache (N, C, OH, OW) int64, on the host: each window's winner
         as a flat index iy * W + ix into its example's input plane (ties to the first). Not kept
         while the pool is fused into its convolution (read it under ``Sequential.unfused()``)."""
-        if self.fused or "argmax" not in self._buffers:
+        if self.fusion.absorbed or "argmax" not in self._buffers:
             raise RuntimeError(f"{self._label()}: no argmax cache (no unfused forward yet)")
         return np.array(self.backend.to_host(self._buffers["argmax"]), np.int64)
 
     def infer(self, x: np.ndarray) -> np.ndarray:
-        return x if self.infer_fused else self.forward(x, training=False)  # pooled by the conv
+        return x if self.fusion.infer_absorbed else self.forward(x, training=False)  # pooled by the conv
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
-        if self.fused:
+        if self.fusion.absorbed:
             self._in_shape = tuple(x.shape)
             return x
         out_shape = self._check_input(x)
@@ -117,7 +116,7 @@ class MaxPool2D(_Pool2D):
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
-        if self.fused:
+        if self.fusion.absorbed:
             dy = self._check_grad(dy, self._in_shape or ())
             return dy if need_dx else None
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())

@@ -19,11 +19,10 @@ class Residual(Layer):
     strided 1x1 Conv2D and a BatchNorm2D) where the body changes the shape. Both paths must give
     the same shape. The gradient reaching x is the sum of both paths' input gradients. Parameter
     names nest as torch's: "body.0.weight", "shortcut.0.weight", ...
-    In a chain, a ReLU right after the block is applied by its add (``fused_relu``; the ReLU then
+    In a chain, a ReLU right after the block is applied by its add (``fusion.relu``; the ReLU then
     passes values and gradients through).
     """
 
-    fused_relu = False  # set by fuse_chain when a ReLU follows
     token = "res"  # res(layer, layer, ...): a residual block around those layers
 
     @classmethod
@@ -186,12 +185,12 @@ class Residual(Layer):
         for layer in self.shortcut or []:
             s = layer.infer(s) if inference else layer.forward(s, training)
         y = self._buf("y", out_shape)
-        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1), relu=self.fused_relu)
+        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1), relu=self.fusion.relu)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
-        if self.fused_relu:  # the gradient through the ReLU that the forward applied
+        if self.fusion.relu:  # the gradient through the ReLU that the forward applied
             masked = self._buf("dy_relu", dy.shape)
             self.backend.relu_backward(masked.reshape(-1), dy.reshape(-1), self._buffers["y"].reshape(-1))
             dy = masked
