@@ -47,11 +47,12 @@ def run_without(module, command, argv, **kw):
 SLOW_CASES = ("winograd+fused pool", "2-64-34-30-64", "17-12-14-14-32", "5-12-16-14-64")
 
 
-# The longest tests, longest first (minutes of one core each on 2 cores: the CUDA simulator's shards,
-# the suite's cold compiles, the README's blocks, finite differences). A parallel run
-# (`-n 2`) starts them first, so that its workers finish together instead of one
-# running a long test alone at the end.
-LONGEST_FIRST = ("test_cuda_kernels_in_simulator_or_on_gpu", "test_kernels_from_numba_s_cache_and_from_the_tier",
+# The longest tests, longest first (minutes of one core each on 2 cores: the CUDA simulator's
+# shards, the suite's cold compiles, the README's blocks, finite differences). A parallel run
+# (`-n 2`) starts them first, so that its workers finish together instead of one running a long
+# test alone at the end.
+LONGEST_FIRST = ("test_cuda_kernels_in_simulator_or_on_gpu",
+                 "test_kernels_from_numba_s_cache_and_from_the_tier",
                  "test_only_one_rank_per_machine_compiles",
                  "test_every_readme_python_block_runs_in_order",
                  "test_bn_residual_gap_network_gradients_match_finite_differences",
