@@ -48,9 +48,10 @@ SLOW_CASES = ("winograd+fused pool", "2-64-34-30-64", "17-12-14-14-32", "5-12-16
 
 
 # The longest tests, longest first (minutes of one core each on 2 cores: the CUDA simulator's
-# shards, the suite's cold compiles, the README's blocks, finite differences). A parallel run
-# (`-n 2`) starts them first, so that its workers finish together instead of one running a long
-# test alone at the end.
+# shards, the suite's cold compiles, the README's blocks, finite differences). A parallel run with
+# `-n 2 --dist loadgroup` (xdist hands out one test at a time; plain `-n 2` gives each worker a block
+# of consecutive tests, all of these to one) starts them first on both workers, so that they finish
+# together instead of one running a long test alone at the end.
 LONGEST_FIRST = ("test_cuda_kernels_in_simulator_or_on_gpu",
                  "test_kernels_from_numba_s_cache_and_from_the_tier",
                  "test_only_one_rank_per_machine_compiles",
