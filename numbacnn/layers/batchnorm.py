@@ -28,7 +28,6 @@ class BatchNorm2D(Layer):
     dweight: Any
     dbias: Any
 
-
     token = "bn"
     token_args = ("eps", "momentum")
     token_defaults = {"eps": 1e-5, "momentum": 0.1}

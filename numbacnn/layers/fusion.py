@@ -64,7 +64,7 @@ def plan(layers: list[Layer]) -> list[Fusion]:
         if not (isinstance(layer, Conv2D) and layer.plan.channels_last):
             continue
         j = i + 1  # the layer that reads this one's inference output
-        while j < len(layers) and _passes_on(layers[j], parts[j], layer, parts[i]):
+        while j < len(layers) and _passes_on(layers[j], parts[j], parts[i]):
             j += 1
         after = layers[j] if j < len(layers) else None
         if isinstance(after, Conv2D) and after.plan.channels_last:
@@ -73,9 +73,9 @@ def plan(layers: list[Layer]) -> list[Fusion]:
     return parts
 
 
-def _passes_on(layer: Layer, part: Fusion, conv: Conv2D, conv_part: Fusion) -> bool:
-    """Whether ``layer``'s inference passes its input on untouched because ``conv`` before it did
-    its work (a folded BatchNorm2D, a fused ReLU, a fused max pool)."""
+def _passes_on(layer: Layer, part: Fusion, conv_part: Fusion) -> bool:
+    """Whether ``layer``'s inference passes its input on untouched because the convolution before it
+    (its part: ``conv_part``) did its work (a folded BatchNorm2D, a fused ReLU, a fused max pool)."""
     if isinstance(layer, BatchNorm2D):
         return part.infer_absorbed and conv_part.infer_bn is layer
     if isinstance(layer, (ReLU, MaxPool2D)):
