@@ -1,6 +1,6 @@
 """Per-layer forward/backward time of one training step: ``python benchmarks/profile_layers.py``.
 
-Usage: python benchmarks/profile_layers.py [net] [batch] [threads]
+Usage: python benchmarks/profile_layers.py [net] [batch] [threads] [input, e.g. 3,32,32]
 Prints milliseconds per layer (median of repeated runs) so that kernel work can be aimed where
 the time goes. Not part of the package: a developer's tool.
 """
@@ -17,9 +17,10 @@ def main() -> None:
     net_name = sys.argv[1] if len(sys.argv) > 1 else "mnistcnn"
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 128
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    shape = tuple(int(v) for v in sys.argv[4].split(",")) if len(sys.argv) > 4 else (1, 28, 28)
     _config.set_num_threads(threads)
-    net = build_network(net_name, (1, 28, 28), 10, seed=0)
-    x = np.random.default_rng(0).random((batch, 1, 28, 28), dtype=np.float32)
+    net = build_network(net_name, shape, 10, seed=0)
+    x = np.random.default_rng(0).random((batch, *shape), dtype=np.float32)
     reps = 30
     fwd = np.zeros((reps, len(net.layers)))
     bwd = np.zeros((reps, len(net.layers)))

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
 # STAGES, a comma list: env, tests, profile, cudabench, train, cpubench (MNIST-sized nets);
-# unpack, cifarbench, recipe, cifarcpu (CIFAR-10 and airbench94). Logs go to $OUT.
+# unpack, cifarbench, recipe, cifarcpu (CIFAR-10 and airbench94); mutants (dev/mutants.py on the
+# many cores: MUTANTS_KIND kernel|other|all, MUTANTS_JOBS, MUTANTS_SECONDS). Logs go to $OUT.
 # "train" reads mnist from .devdata/mnist: copy ../shared/data/mnist there (a folder that
 # .git/info/exclude ignores) and name .devdata in the device tool's carry. "env" installs the
 # package (pip install -e, no deps: the machine's image has numba, numba-cuda, torch, onnxruntime).
@@ -75,5 +76,13 @@ if has cifarcpu; then
   stamp cifarcpu-timed
   timeout 150 python3 -m numbacnn.bench --nets airbench94 --batches 1024 --threads 16 --rounds 3 --block 3 \
     --no-onnx --no-startup --json "$OUT/cifar_cpu16_bench.json" 2>&1 | tee "$OUT/cifar_cpu16_bench.txt"
+fi
+if has mutants; then
+  stamp mutants
+  { nproc; lscpu | grep -E "Model name"; python3 -c "import sys, numba; print(sys.version.split()[0], 'numba', numba.__version__)"
+    for m in PIL onnx onnxruntime torch dask.distributed mpi4py hypothesis; do
+      python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "NO $m"; done; } 2>&1 | tee "$OUT/mutants_env.txt"
+  timeout "${MUTANTS_SECONDS:-540}" python3 dev/mutants.py --kind "${MUTANTS_KIND:-kernel}" -j "${MUTANTS_JOBS:-14}" \
+    --timeout 400 2>&1 | tee "$OUT/mutants.txt"
 fi
 stamp done

@@ -6,25 +6,29 @@
     python dev/mutants.py --changed    # those of files changed since HEAD (--changed origin/main: a branch)
     python dev/mutants.py --list
 
-For each mutant: copy numbacnn/, tests/ and train.py (with the numba cache, file times kept) to a
-temporary directory, replace one piece of source text, and run the focused tests named beside it
-there (PYTHONPATH points at the copy). A mutant is *caught* when those tests fail. Kernel mutants
-drop the copied kernel caches, because numba does not notice a changed helper in another file.
-First, a control run checks that every selected test passes on the unchanged copy. Exit status 1
-when a mutant survives, a mutant no longer applies to the source, or the control fails.
-Not part of the default test run.
+First numbacnn/, tests/ and train.py are copied to a temporary base (with the numba cache, file
+times kept), and a control run there checks that every selected test passes on the unchanged code
+(one pytest per test file); where a CPU kernel mutant uses that file it runs without the kernel tier
+(NUMBACNN_PREBUILT=0), so numba's cache in the base holds every kernel those tests reach. Then for
+each mutant: copy the base, replace one piece of source text, and run the focused tests named beside
+it there (PYTHONPATH points at the copy). A mutant is *caught* when those tests fail. A CPU kernel
+mutant runs without the tier (its sources changed) and drops the cached kernels of the changed file
+and of every kernel file importing it, directly or not (numba does not notice a changed helper in
+another file): only those recompile. Exit status 1 when a mutant survives, a mutant no longer
+applies to the source, or the control fails. Not part of the default test run.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -668,17 +672,40 @@ MUTANTS = [
 ]
 
 
-def _copy_tree(dst: str) -> None:
+def _copy_tree(src: str, dst: str) -> None:
     for name in ("numbacnn", "tests"):
-        shutil.copytree(os.path.join(ROOT, name), os.path.join(dst, name), copy_function=shutil.copy2)
-    shutil.copy2(os.path.join(ROOT, "train.py"), dst)
+        shutil.copytree(os.path.join(src, name), os.path.join(dst, name), copy_function=shutil.copy2)
+    shutil.copy2(os.path.join(src, "train.py"), dst)
     shared = os.path.join(ROOT, "..", "shared")
     if os.path.isdir(shared):  # tests look for ../shared/data beside the repository
         os.symlink(os.path.abspath(shared), os.path.join(os.path.dirname(dst), "shared"))
 
 
-def _pytest(copy: str, args: list[str], timeout: float) -> tuple[int, str]:
+def _kernel_paths(m: Mutant) -> list[str]:
+    return [rel for rel in ((m.path,) if isinstance(m.path, str) else m.path) if rel.startswith(K)]
+
+
+def kernel_dependents(folder: str, changed: set[str]) -> set[str]:
+    """The CPU kernel modules (names in ``folder``) whose compiled code includes one of ``changed``:
+    those and, directly or not, every module that imports from them (``from .name import``)."""
+    imports = {}
+    for f in os.listdir(folder):
+        if f.endswith(".py") and f != "__init__.py":
+            with open(os.path.join(folder, f)) as fh:
+                imports[f[:-3]] = set(re.findall(r"^from \.(\w+) import", fh.read(), re.M))
+    out = set(changed)
+    while True:
+        more = {mod for mod, deps in imports.items() if deps & out} - out
+        if not more:
+            return out
+        out |= more
+
+
+def _pytest(copy: str, args: list[str], timeout: float, no_tier: bool = False) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NUMBA_CACHE_DIR", None)  # numba's cache beside the copy's sources, where the base filled it
+    if no_tier:
+        env["NUMBACNN_PREBUILT"] = "0"
     if "tests/cuda_checks.py" in args and shutil.which("nvidia-smi") is None:
         env.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # the CUDA kernels' checks in the simulator
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args]
@@ -690,26 +717,27 @@ def _pytest(copy: str, args: list[str], timeout: float) -> tuple[int, str]:
     return r.returncode, lines[-1] if lines else ""
 
 
-def _run_one(m: Mutant | None, args: list[str], timeout: float) -> tuple[int, str]:
+def _run_one(base: str, m: Mutant, timeout: float) -> tuple[int, str]:
     with tempfile.TemporaryDirectory(prefix="numbacnn-mutant-") as tmp:
         copy = os.path.join(tmp, "repo")
-        _copy_tree(copy)
-        if m is not None:
-            paths = (m.path,) if isinstance(m.path, str) else m.path
-            for rel in paths:
-                path = os.path.join(copy, rel)
-                with open(path) as f:
-                    planted = plant(m, f.read())
-                if planted is None:
-                    where = f"{m.inside} in {rel}" if m.inside else rel
-                    return -2, f"the mutant's text is no longer in {where}"
-                with open(path, "w") as f:
-                    f.write(planted)
-            if any(rel.startswith("numbacnn/kernels/") for rel in paths):
-                for cached in glob.glob(os.path.join(copy, "numbacnn", "kernels", "**", "*.nb[ic]"),
-                                        recursive=True):
+        _copy_tree(base, copy)
+        paths = (m.path,) if isinstance(m.path, str) else m.path
+        for rel in paths:
+            path = os.path.join(copy, rel)
+            with open(path) as f:
+                planted = plant(m, f.read())
+            if planted is None:
+                where = f"{m.inside} in {rel}" if m.inside else rel
+                return -2, f"the mutant's text is no longer in {where}"
+            with open(path, "w") as f:
+                f.write(planted)
+        kernels = _kernel_paths(m)
+        if kernels:
+            folder = os.path.join(copy, K)
+            for mod in kernel_dependents(folder, {os.path.basename(rel)[:-3] for rel in kernels}):
+                for cached in glob.glob(os.path.join(folder, "__pycache__", f"{mod}.*.nb[ic]")):
                     os.remove(cached)
-        return _pytest(copy, args, timeout)
+        return _pytest(copy, m.tests, timeout, no_tier=bool(kernels))
 
 
 def _changed_files(ref: str) -> set[str]:
@@ -734,12 +762,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--changed", nargs="?", const="HEAD", metavar="REF",
                    help="only mutants of files changed since REF (default HEAD: the uncommitted changes), "
                         "or whose tests changed")
+    p.add_argument("--kind", choices=("all", "kernel", "other"), default="all",
+                   help="only the CPU kernel mutants (they recompile: the costly ones), or only the others; "
+                        "to share a run between machines")
+    p.add_argument("--skip-tests", default="", metavar="FILE,...",
+                   help="leave out mutants whose tests are in these files (e.g. where an extra is missing)")
     args = p.parse_args(argv)
     chosen = [m for m in MUTANTS if args.k.lower() in m.name.lower()][max(args.start, 1) - 1:]
     if args.changed:
         changed = _changed_files(args.changed)
         chosen = [m for m in chosen if changed & {*((m.path,) if isinstance(m.path, str) else m.path),
                                                    m.tests[0]}]
+    if args.kind != "all":
+        chosen = [m for m in chosen if bool(_kernel_paths(m)) == (args.kind == "kernel")]
+    skip = {os.path.normpath(f) for f in args.skip_tests.split(",") if f}
+    chosen = [m for m in chosen if os.path.normpath(m.tests[0]) not in skip]
     if args.list:  # and whether each still applies to the sources (without running anything)
         stale = 0
         for m in chosen:
@@ -749,32 +786,46 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'' if ok else 'STALE  '}{m.name}  [{m.path}{' ' + m.inside if m.inside else ''}; "
                   f"{' '.join(m.tests)}]")
         return 1 if stale else 0
-    # control: the selected tests pass on the unchanged code (one run per test file)
-    by_file: dict[str, list[str]] = {}
-    for m in chosen:
-        by_file.setdefault(m.tests[0], []).append(m.tests[2] if len(m.tests) > 2 else "")
-    sels = [[test_file] + (["-k", " or ".join(f"({k})" for k in keys)] if all(keys) else [])
-            for test_file, keys in by_file.items()]
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for sel, (rc, last) in zip(sels, pool.map(lambda sel: _run_one(None, sel, args.timeout), sels)):
-            if rc != 0:
-                print(f"control failed: {' '.join(sel)}: {last}")
-                return 1
-    print(f"control: the selected tests pass on the unchanged code ({len(by_file)} files)")
-    survivors = 0
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="numbacnn-mutants-") as tmp:
+        base = os.path.join(tmp, "repo")
+        _copy_tree(ROOT, base)
+        # control: the selected tests pass on the unchanged code (one run per test file), in the base,
+        # without the tier where a kernel mutant will use them: numba's cache there fills with those kernels
+        by_file: dict[str, list[Mutant]] = {}
+        for m in chosen:
+            by_file.setdefault(m.tests[0], []).append(m)
+        sels = []
+        for test_file, ms in by_file.items():
+            keys = [m.tests[2] if len(m.tests) > 2 else "" for m in ms]
+            sels.append(([test_file] + (["-k", " or ".join(f"({k})" for k in keys)] if all(keys) else []),
+                         any(_kernel_paths(m) for m in ms)))
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            for (sel, _), (rc, last) in zip(sels, pool.map(
+                    lambda s: _pytest(base, s[0], args.timeout, no_tier=s[1]), sels)):
+                if rc != 0:
+                    print(f"control failed: {' '.join(sel)}: {last}")
+                    return 1
+        print(f"control: the selected tests pass on the unchanged code ({len(by_file)} files, "
+              f"{time.perf_counter() - t_start:.0f} s)", flush=True)
+        survivors = 0
 
-    def run(m: Mutant) -> tuple[int, str, float]:
-        t0 = time.perf_counter()
-        rc, last = _run_one(m, m.tests, args.timeout)
-        return rc, last, time.perf_counter() - t0
+        def run(m: Mutant) -> tuple[int, str, float]:
+            t0 = time.perf_counter()
+            rc, last = _run_one(base, m, args.timeout)
+            return rc, last, time.perf_counter() - t0
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each job waits on its own pytest process
-        for i, (m, (rc, last, seconds)) in enumerate(zip(chosen, pool.map(run, chosen)), 1):
-            verdict = {0: "MISSED", -1: "TIMEOUT", -2: "STALE", 5: "NO TESTS"}.get(rc, "caught")
-            survivors += verdict != "caught"
-            print(f"[{i:2}/{len(chosen)}] {verdict:6} {seconds:5.0f} s  {m.name}"
-                  + (f"  ({last})" if verdict != "caught" else ""), flush=True)
-    print(f"{len(chosen) - survivors} of {len(chosen)} planted bugs caught")
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each job waits on its own pytest process
+            futures = {pool.submit(run, m): (i, m) for i, m in enumerate(chosen, 1)}
+            for future in as_completed(futures):  # printed as they finish, numbered in list order
+                i, m = futures[future]
+                rc, last, seconds = future.result()
+                verdict = {0: "MISSED", -1: "TIMEOUT", -2: "STALE", 5: "NO TESTS"}.get(rc, "caught")
+                survivors += verdict != "caught"
+                print(f"[{i:2}/{len(chosen)}] {verdict:6} {seconds:5.0f} s  {m.name}"
+                      + (f"  ({last})" if verdict != "caught" else ""), flush=True)
+    print(f"{len(chosen) - survivors} of {len(chosen)} planted bugs caught "
+          f"in {time.perf_counter() - t_start:.0f} s")
     return 1 if survivors else 0
 
 

@@ -31,3 +31,16 @@ def test_a_mutant_changes_only_the_function_it_names():
     assert mutants.plant(M("f", "x.py", "return 1", "return 2", ["t"]), src).count("return 2") == 1
     assert mutants.plant(M("h", "x.py", "return 1", "return 2", ["t"], inside="h"), src) is None
     assert mutants.plant(M("g", "x.py", "return 3", "return 2", ["t"], inside="C.g"), src) is None
+
+
+def test_a_kernel_mutant_recompiles_the_changed_file_and_every_file_importing_it(tmp_path):
+    for name, text in {"a.py": "x = 1\n", "b.py": "from .a import x\n", "c.py": "from ._u import (\n    y)\n",
+                       "d.py": "from .b import x\nfrom .c import y\n", "_u.py": "y = 2\n",
+                       "__init__.py": "from .d import x\n"}.items():
+        (tmp_path / name).write_text(text)
+    assert mutants.kernel_dependents(str(tmp_path), {"a"}) == {"a", "b", "d"}
+    assert mutants.kernel_dependents(str(tmp_path), {"_u"}) == {"_u", "c", "d"}
+    assert mutants.kernel_dependents(str(tmp_path), {"d"}) == {"d"}
+    folder = os.path.join(ROOT, mutants.K)  # the real kernels: a shared helper reaches the convolutions
+    assert {"conv2d_winograd", "conv2d_positions", "dense"} <= mutants.kernel_dependents(folder, {"microkernel"})
+    assert mutants.kernel_dependents(folder, {"dropout"}) == {"dropout"}
