@@ -97,6 +97,7 @@ class Sequential:
         self._last_prediction: tuple[Shape, InferenceProgram | DeviceInference] | None = None
 
     def _bind_views(self) -> None:
+        self._grads_zero_upto = 0  # how much of (this) grads is known to be zeros
         for i, layer in enumerate(self.layers):
             views = [(p, sl, shp) for key, j, p, sl, shp in self._slots if j == i]
             layer.bind({p: self.params[sl].reshape(shp) for p, sl, shp in views},
@@ -110,6 +111,7 @@ class Sequential:
         state["_slices"] = {}  # the receiving machine's cores decide them
         state["_last_prediction"] = None
         state["grads"] = None  # gradients are scratch: zeros again after unpickling
+        state.pop("_start_key", None)  # (keyed by this process's count of freezes)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -263,11 +265,31 @@ class Sequential:
             h = out
         return h
 
+    def backward_start(self, need_input_grad: bool) -> int:
+        """The lowest layer that a backward runs: 0 when the input's gradient is wanted, else the
+        first layer with a parameter that trains. Nothing below it trains and nothing needs a
+        gradient there, so a frozen trunk (``Layer.freeze``) costs no backward work, and that
+        layer skips its input gradient; len(layers) when no parameter trains."""
+        if need_input_grad:
+            return 0
+        if self.__dict__.get("_start_key", (None,))[0] != Layer.freeze_changes:
+            start = next((i for i, layer in enumerate(self.layers) if layer.trainable), len(self.layers))
+            self._start_key = (Layer.freeze_changes, start)
+        return self._start_key[1]
+
     def through_backward(self, g: Any, need_input_grad: bool) -> Any:
-        """The one loop over the layers' backwards, from dL/d(output) on the network's device."""
-        for i in range(len(self.layers) - 1, -1, -1):
-            g = self.layers[i].backward(g, need_dx=need_input_grad or i > 0)
-        return g
+        """The one loop over the layers' backwards, from dL/d(output) on the network's device, down
+        to ``backward_start``; the gradients of the parameters below it are zeros."""
+        start = self.backward_start(need_input_grad)
+        for i in range(len(self.layers) - 1, start - 1, -1):
+            g = self.layers[i].backward(g, need_dx=need_input_grad or i > start)
+        # the layers below start keep zeros for gradients: written once, when a backward that
+        # reached them may have left others (not inside a recorded step or a captured graph)
+        end = next((sl.start for _, j, _, sl, _ in self._slots if j >= start), self.grads.size)
+        if end > self._grads_zero_upto:
+            self.backend.write(self.grads[:end], np.zeros(end, np.float32))
+        self._grads_zero_upto = end
+        return g if start == 0 else None
 
     @contextmanager
     def unfused(self) -> Iterator[Sequential]:

@@ -112,6 +112,7 @@ class StepProgram:
         self.losses = be.empty((batch,), np.float64)
         self.stats = be.empty((2,), np.float64)  # mean loss, correct count
         self.calls: list[Call] | None = None
+        self._start = net.backward_start(False)  # the lowest layer whose backward the step runs
         self._compiled: list[Call] = []  # the calls with their compiled entry points
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
@@ -119,10 +120,13 @@ class StepProgram:
              moves: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
         """``moves``: the batch's augmentation (``Augment.draw``), applied as it is gathered."""
         self._gather(x, y, idx, moves)
+        start = self.net.backward_start(False)  # a freeze or unfreeze since the recording: record anew
         if self.device is not None:
+            if start != self._start:
+                self.device, self._start = DeviceRuns(self.backend, self._device_run), start
             self.device()
             stats = self._stats_h
-        elif self.calls is None:
+        elif self.calls is None or start != self._start:
             self._record()
             stats = self.stats
         else:
@@ -172,6 +176,7 @@ class StepProgram:
         be.read(self._stats_h, self.stats)
 
     def _record(self) -> None:
+        self._start = self.net.backward_start(False)
         with capture() as calls:
             logits = self._run()
         if not (isinstance(logits, np.ndarray) and logits.flags.c_contiguous):  # pragma: no cover

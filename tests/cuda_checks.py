@@ -131,8 +131,8 @@ def test_layer_matches_oracle(make, shape, ties, plan):
 ])
 def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks, tiles):
     """The tiled plan on shapes that span several tiles (of each tile shape), reduction slices and
-    weight-gradient chunks (partial sums added in chunk order), with a fused ReLU, against the
-    float64 oracle."""
+    weight-gradient chunks (partial sums added in chunk order, the same bits on a second run), with
+    a fused ReLU, against the float64 oracle."""
     from numbacnn.kernels.cuda.conv2d_tiled import tile
 
     rng = np.random.default_rng(2)
@@ -153,9 +153,11 @@ def test_tiled_convolution_across_tiles_and_chunks(make, shape, chunks, tiles):
     np.testing.assert_allclose(dx, edx, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(host(layer.dweight), edw, rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(host(layer.dbias), edb, rtol=1e-5, atol=2e-5)
-    for a, b in ((y, layer.forward(cuda.to_device(x), training=True)),
-                 (dx, layer.backward(cuda.to_device(dy)))):
-        np.testing.assert_array_equal(host(b), a)  # the same bits on a second run
+    if chunks > 1:  # (the simulator runs each block's 256 threads as Python threads: once is enough
+        # where nothing is added in chunks; test_training_on_the_device_repeats_bit_for_bit repeats more)
+        for a, b in ((y, layer.forward(cuda.to_device(x), training=True)),
+                     (dx, layer.backward(cuda.to_device(dy)))):
+            np.testing.assert_array_equal(host(b), a)
 
 
 def test_softmax_cross_entropy_and_dropout_kernels():
@@ -200,15 +202,18 @@ def test_dropout_state_stays_on_the_device_and_moves_with_the_network():
 
 
 def test_groups_frozen_parameters_and_lookahead_match_across_devices():
-    """Optimizer groups, a frozen parameter and Lookahead over parameters and BatchNorm statistics
-    (the lookahead_sync kernel) give the CPU's weights on the device."""
+    """Optimizer groups, frozen parameters (a frozen first layer: the backward stops above it) and
+    Lookahead over parameters and BatchNorm statistics (the lookahead_sync kernel) give the CPU's
+    weights on the device."""
     rng = np.random.default_rng(0)
     x = rng.random((6, 9)).astype(np.float32)
     y = rng.integers(0, 3, 6)
     weights = []
     for device in ("cpu", "cuda"):
         net = nc.build_network("dense(5,bias=False),bn,gelu,dense(4),scale(0.5)", (9,), 3, seed=0).to(device)
+        net.layers[0].freeze()
         net.layers[1].freeze("weight")
+        assert net.backward_start(False) == 1
         optim = nc.SGD(net, lr=0.05, momentum=0.9, nesterov=True,
                        groups=[{"params": ["*.bias"], "lr_scale": 4.0, "weight_decay": 0.01}],
                        lookahead={"k": 2, "alpha": 0.5, "buffers": True})
@@ -249,11 +254,11 @@ def test_training_steps_match_across_devices(opt):
 
 def test_estimator_on_cuda():
     rng = np.random.default_rng(0)
-    X = rng.random((24, 16)).astype(np.float32)
+    X = rng.random((16, 16)).astype(np.float32)
     yl = (X[:, 0] > 0.5).astype(int)
     clf = nc.CNNClassifier(architecture="conv(2,3,padding=same),relu,dense(4),relu", device="cuda",
-                           max_epochs=2, batch_size=8, random_state=0).fit(X, yl)
-    assert clf.net_.device == "cuda" and clf.predict(X).shape == (24,)
+                           max_epochs=1, batch_size=8, random_state=0).fit(X, yl)
+    assert clf.net_.device == "cuda" and clf.predict(X).shape == (16,)
 
 
 def test_step_statistics_and_softmax_kernels_match_the_cpu():
@@ -279,8 +284,8 @@ def test_step_statistics_and_softmax_kernels_match_the_cpu():
 def test_trainer_steps_on_the_device_match_the_cpu():
     """Trainer.fit's step on CUDA (forward, loss and backward on the device) trains as on the CPU."""
     rng = np.random.default_rng(3)
-    x = rng.random((10, 1, 6, 6)).astype(np.float32)
-    y = rng.integers(0, 3, 10)
+    x = rng.random((6, 1, 6, 6)).astype(np.float32)  # a batch of 4 and a last one of 2, each epoch
+    y = rng.integers(0, 3, 6)
     spec = "conv(2,3,padding=same),relu,maxpool(2),dense(5),relu"
     out = []
     for device in ("cpu", "cuda"):
@@ -298,8 +303,9 @@ def test_trainer_steps_on_the_device_match_the_cpu():
 def test_modern_layers_and_recipe_train_the_same_on_both_devices():
     """BatchNorm2D/1D (training and evaluation, running statistics), residual blocks with both
     shortcut kinds, global pooling, label smoothing, one-cycle (SGD momentum cycling) and shifts: a
-    few Trainer steps on both devices give the same weights and statistics. (SGD: the conv biases
-    before BatchNorm have rounding noise for a gradient, which Adam would blow up to +-lr steps.)"""
+    Trainer epoch (a batch of 4, a last one of 2) on both devices gives the same weights and
+    statistics. (SGD: the conv biases before BatchNorm have rounding noise for a gradient, which
+    Adam would blow up to +-lr steps.)"""
     rng = np.random.default_rng(0)
     x = rng.random((6, 1, 5, 5)).astype(np.float32)
     y = rng.integers(0, 3, 6)
@@ -311,7 +317,7 @@ def test_modern_layers_and_recipe_train_the_same_on_both_devices():
         opt = nc.SGD(net, lr=0.05, momentum=0.9, weight_decay=1e-3)
         tr = nc.Trainer(net, opt, batch_size=4, progress=False, augment="shift:1,flip",
                         lr_schedule="onecycle", label_smoothing=0.1)
-        tr.fit(x, y, 2)
+        tr.fit(x, y, 1)
         states.append(net.state_dict())
         outs.append(net.forward(x))
     for k in states[0]:

@@ -104,6 +104,74 @@ def test_frozen_parameters_stay_and_the_others_follow_the_update_formula(rng, op
         np.testing.assert_allclose(end[name], p, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+TRUNK = "conv(6,3,padding=same),bn,relu,maxpool(2),conv(8,3,padding=same),relu,dense(12),relu"
+
+
+def test_a_frozen_trunk_costs_no_backward_and_the_head_gets_the_same_gradients(rng, monkeypatch):
+    """Freezing the first layers (fine-tuning a pretrained trunk): the backward stops at the first
+    layer that trains, which skips its input gradient; the head's gradients are the full backward's
+    bit for bit and the trunk's are zeros (also after a backward that reached them)."""
+    x = f32(rng.random((5, 1, 8, 8)))
+    y = np.arange(5) % 3
+    net = nc.build_network(TRUNK, (1, 8, 8), 3, seed=2)
+    _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    net.backward(d, need_input_grad=False)
+    full = net.grad_dict()
+    for layer in net.layers[:4]:
+        layer.trainable = False
+    assert net.backward_start(False) == 4 and net.backward_start(True) == 0
+    calls = []
+    for i, layer in enumerate(net.layers):
+        monkeypatch.setattr(layer, "backward", lambda g, need_dx=True, i=i, f=layer.backward:
+                            calls.append((i, need_dx)) or f(g, need_dx))
+    net.forward(x, training=True)
+    assert net.backward(d, need_input_grad=False) is None
+    assert calls == [(9, True), (8, True), (7, True), (6, True), (5, True), (4, False)]  # not the trunk's
+    got = net.grad_dict()
+    for name, g in full.items():
+        layer = int(name.split(".")[0])
+        np.testing.assert_array_equal(got[name], g if layer >= 4 else np.zeros_like(g), err_msg=name)
+    for layer in net.layers[:4]:  # nothing trains: no backward at all
+        layer.trainable = True
+    net.layers[7].freeze("bias")
+    assert net.backward_start(False) == 0 and net.backward_start(True) == 0
+    net.layers[0].freeze()
+    assert net.backward_start(False) == 1  # BatchNorm trains: the conv below it runs no backward
+    for layer in net.layers:
+        layer.trainable = False
+    calls.clear()
+    assert net.backward(d, need_input_grad=False) is None and calls == []
+    assert not np.any(net.grads)
+
+
+def test_recorded_steps_follow_a_freeze_and_an_unfreeze_as_the_layers_do():
+    """A trainer's recorded step (replayed kernel calls) records anew when the frozen set changes:
+    the same weights as the layers' own steps, bit for bit, and a trunk unfrozen again trains."""
+    rng = np.random.default_rng(7)
+    x = f32(rng.random((12, 1, 8, 8)))
+    y = np.arange(12) % 3
+    runs = []
+    for programs in (True, False):
+        net = nc.build_network(TRUNK, (1, 8, 8), 3, seed=4)
+        tr = nc.Trainer(net, nc.SGD(net, lr=0.05, momentum=0.9), batch_size=6, seed=0, progress=False,
+                        step_programs=programs)
+        start = net.state_dict()["0.weight"]
+        net.layers[0].freeze()
+        tr.fit(x, y, 1)  # recorded with the conv frozen: from the BatchNorm down
+        frozen = net.state_dict()["0.weight"]
+        np.testing.assert_array_equal(frozen, start)
+        net.layers[0].unfreeze()
+        tr.fit(x, y, 2)  # (to two epochs in all)
+        trained = net.state_dict()["0.weight"]
+        assert not np.array_equal(trained, frozen)
+        net.layers[0].freeze()
+        tr.fit(x, y, 3)
+        np.testing.assert_array_equal(net.state_dict()["0.weight"], trained)
+        runs.append(net.state_dict())
+    for k in runs[0]:
+        np.testing.assert_array_equal(runs[0][k], runs[1][k], err_msg=k)
+
+
 def test_groups_give_their_parameters_their_own_learning_rate_and_weight_decay(rng):
     net = _unbiased_net(seed=4)
     groups = [{"params": ["1.bias"], "lr_scale": 64.0, "weight_decay": 0.5},

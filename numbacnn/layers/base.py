@@ -146,6 +146,7 @@ class Layer:
             setattr(self, k, arr)
 
     frozen: frozenset[str] = frozenset()  # parameters that training leaves as they are
+    freeze_changes = 0  # counts every freeze or unfreeze of any layer: recorded steps compare it
 
     def freeze(self, *names: str) -> Layer:
         """Stop training these parameters (all of the layer's when none are named; a block's by
@@ -184,6 +185,7 @@ class Layer:
 
     def _set_frozen(self, names: tuple[str, ...], flag: bool) -> None:
         self.frozen = frozenset(self.frozen | set(names)) if flag else frozenset(self.frozen - set(names))
+        Layer.freeze_changes += 1
 
     def initialize(self, rng: np.random.Generator | int | None = None) -> Layer:
         """Allocate and initialise this layer's own parameters (for use outside ``Sequential``)."""
