@@ -10,12 +10,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _config
+from . import _config, recipes
 from ._text import plural
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
 from .augment import Augment
@@ -170,10 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--save", metavar="FILE.npz", help="checkpoint after every epoch and on Ctrl-C")
     o.add_argument("--resume", metavar="FILE.npz", help="continue training from a checkpoint to --epochs "
                    "in all; the checkpoints go to FILE.npz itself unless --save names another file")
-    o.add_argument("--recipe", choices=("airbench94",), default=None,
-                   help="train with a published recipe, every hyperparameter as published: airbench94 "
-                   "(CIFAR-10-style colour 32x32 images: whitening conv, GELU, Lookahead, 9.9 epochs at "
-                   "batch 1024, test-time augmentation; --epochs N for a shorter run)")
+    o.add_argument("--recipe", choices=tuple(recipes.RECIPES), default=None,
+                   help="train with a recipe, which sets its own flags: airbench94, every hyperparameter as "
+                   "published (CIFAR-10-style colour 32x32 images: whitening conv, GELU, Lookahead, 9.9 "
+                   "epochs at batch 1024, test-time augmentation; --epochs N for a shorter run); resnet8 "
+                   "(MLPerf Tiny's ResNet-8: Nesterov SGD 0.1 one-cycle, weight decay 5e-4, batch 128, "
+                   "crop:4,flip, label smoothing 0.1, 25 epochs, --tta mirror)")
     o.add_argument("--evaluate", metavar="FILE.npz",
                    help="only evaluate a checkpoint: accuracy and confusion matrix")
     o.add_argument("--tta", choices=("none", "mirror", "mirror-translate"), default="none",
@@ -206,7 +208,9 @@ def run(argv: list[str] | None = None) -> int:
     dp = _start_distributed(args)
     lead = dp is None or dp.rank == 0  # the rank that prints, reads checkpoints and writes files
     board = _check_args(args, dp, lead)
-    if args.recipe:
+    if args.recipe in recipes.TRAINER_RECIPES:
+        _apply_recipe(args)
+    elif args.recipe:
         return _finish(dp, _run_recipe(args, dp))
     if args.evaluate:
         return _finish(dp, _evaluate(args, dp, lead))
@@ -272,16 +276,32 @@ RECIPE_SETS = ("arch", "optimizer", "lr", "momentum", "weight_decay", "batch_siz
                "tensorboard")
 
 
-def _run_recipe(args, dp: DataParallel | None) -> int:
-    """--recipe: load the data, train and evaluate as the recipe says; the result line, --save,
-    --metrics-out."""
-    from .recipes import train_airbench94
-
+def _refuse_clashes(args, flags: Iterable[str]) -> dict[str, Any]:
+    """One line naming the flags of ``flags`` that the user gave beside --recipe; else the parser's
+    defaults."""
     defaults = vars(build_parser().parse_args([]))  # a flag given, even as 0 (--momentum 0), clashes
-    clash = [f"--{k.replace('_', '-')}" for k in RECIPE_SETS if getattr(args, k, None) != defaults[k]]
+    clash = [f"--{k.replace('_', '-')}" for k in flags if getattr(args, k, None) != defaults[k]]
     if clash:
         raise UsageError(f"--recipe {args.recipe} sets {', '.join(clash)} itself: leave "
                          f"{'it' if len(clash) == 1 else 'them'} out")
+    return defaults
+
+
+def _apply_recipe(args) -> None:
+    """--recipe of train.py's own flags (recipes.TRAINER_RECIPES): set them, --epochs and --tta
+    only where not given; then training runs as with those flags (checkpoints, --resume, report)."""
+    settings = recipes.RECIPES[args.recipe]
+    defaults = _refuse_clashes(args, [k for k in settings if k not in ("epochs", "tta")])
+    vars(args).update({k: v for k, v in settings.items()
+                       if k not in ("epochs", "tta") or getattr(args, k) == defaults[k]})
+
+
+def _run_recipe(args, dp: DataParallel | None) -> int:
+    """--recipe airbench94: load the data, train and evaluate as the recipe says; the result line,
+    --save, --metrics-out."""
+    from .recipes import train_airbench94
+
+    _refuse_clashes(args, RECIPE_SETS)
     if dp is not None:
         raise UsageError(f"--recipe {args.recipe} runs in one process (on --device cpu or cuda)")
     seed = 0 if args.seed is None else args.seed

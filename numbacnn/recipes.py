@@ -40,7 +40,16 @@ AIRBENCH94: dict[str, Any] = {
     "whiten_eps": 5e-4, "lookahead_every": 5, "lookahead_epochs": 3, "augment": "translate:2,flip:alternate",
     "tta": "mirror-translate",
 }
-RECIPES = {"airbench94": AIRBENCH94}
+# MLPerf Tiny's ResNet-8 on CIFAR-10-sized colour images, with the ordinary trainer: train.py --recipe
+# resnet8 sets these flags (--epochs and --tta only where not given). Nesterov SGD on a one-cycle
+# schedule with L2 weight decay, pad-and-crop and flips, label smoothing, mirrored test views.
+RESNET8: dict[str, Any] = {
+    "arch": "resnet8", "optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True,
+    "weight_decay": 5e-4, "batch_size": 128, "lr_schedule": "onecycle", "augment": "crop:4,flip",
+    "label_smoothing": 0.1, "epochs": 25, "tta": "mirror",
+}
+RECIPES = {"airbench94": AIRBENCH94, "resnet8": RESNET8}
+TRAINER_RECIPES = ("resnet8",)  # recipes of train.py's own flags (airbench94 has a loop of its own)
 
 
 def airbench94_network(x_train: np.ndarray, n_classes: int = 10, seed: int = 0) -> Sequential:

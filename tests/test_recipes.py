@@ -1,5 +1,6 @@
 """The airbench94 recipe: its schedule, steps, network, optimizer and Lookahead ramp against the
 published formulas (written out again here), and a short run through the command line."""
+import json
 import math
 
 import numpy as np
@@ -160,8 +161,6 @@ def test_a_short_run_from_the_command_line_and_its_bad_uses(tmp_path, capsys, rn
                  "--save", str(tmp_path / "r.npz"), "--metrics-out", str(metrics)]) == 0
     out = capsys.readouterr().out
     assert "with test-time augmentation mirror-translate, after 1 steps" in out
-    import json
-
     m = json.loads(metrics.read_text())
     assert m["recipe"] == "airbench94" and m["steps"] == 1 and 0 <= m["tta_test_accuracy"] <= 1
     assert nc.load(str(tmp_path / "r.npz")).layers[-1].factor == pytest.approx(1 / 9)
@@ -177,3 +176,33 @@ def test_a_short_run_from_the_command_line_and_its_bad_uses(tmp_path, capsys, rn
     assert main(["--recipe", "airbench95"]) == 2
     assert "invalid choice: 'airbench95'" in capsys.readouterr().err
     assert math.isfinite(m["wall_seconds"])
+
+
+def test_the_resnet8_recipe_sets_its_flags_and_trains_as_they_would(tmp_path, capsys, rng):
+    """--recipe resnet8 is train.py's own flags (recipes.RESNET8): the same metrics, bit for bit, as
+    those flags given by hand; --epochs and --tta may be given, its other flags clash."""
+    x, y = _cifar_like(30, rng)
+    path = tmp_path / "c.npz"
+    np.savez(path, x_train=(x[:20].transpose(0, 2, 3, 1) * 255).astype(np.uint8), y_train=y[:20],
+             x_test=(x[20:].transpose(0, 2, 3, 1) * 255).astype(np.uint8), y_test=y[20:])
+    base = ["--data", str(path), "--quiet", "--epochs", "2"]
+    by_hand = ["--arch", "resnet8", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--nesterov",
+               "--weight-decay", "5e-4", "--batch-size", "128", "--lr-schedule", "onecycle",
+               "--augment", "crop:4,flip", "--label-smoothing", "0.1", "--tta", "mirror"]
+    runs = []
+    for argv in (["--recipe", "resnet8"], by_hand):
+        out = tmp_path / f"m{len(runs)}.json"
+        assert main(base + argv + ["--metrics-out", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    for m in runs:
+        m.pop("wall_seconds")
+        for e in m["epochs"]:
+            e.pop("seconds"), e.pop("images_per_second")
+    assert runs[0] == runs[1]
+    assert runs[0]["architecture"] == "resnet8" and runs[0]["tta"] == "mirror" and len(runs[0]["epochs"]) == 2
+    assert runs[0]["hyperparameters"]["nesterov"] and runs[0]["batch_size"] == 128
+    capsys.readouterr()
+    assert main(["--data", str(path), "--recipe", "resnet8", "--lr", "0.2", "--nesterov"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["train.py: error: --recipe resnet8 sets --lr, --nesterov itself: leave them out"]
+    assert recipes.RECIPES["resnet8"]["epochs"] == 25 and "resnet8" in recipes.TRAINER_RECIPES
