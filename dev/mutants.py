@@ -693,8 +693,12 @@ def _copy_tree(src: str, dst: str) -> None:
         os.symlink(os.path.abspath(shared), os.path.join(os.path.dirname(dst), "shared"))
 
 
+def _paths(m: Mutant) -> tuple[str, ...]:
+    return (m.path,) if isinstance(m.path, str) else m.path
+
+
 def _kernel_paths(m: Mutant) -> list[str]:
-    return [rel for rel in ((m.path,) if isinstance(m.path, str) else m.path) if rel.startswith(K)]
+    return [rel for rel in _paths(m) if rel.startswith(K)]
 
 
 def kernel_dependents(folder: str, changed: set[str]) -> set[str]:
@@ -733,8 +737,7 @@ def _run_one(base: str, m: Mutant, timeout: float) -> tuple[int, str]:
     with tempfile.TemporaryDirectory(prefix="numbacnn-mutant-") as tmp:
         copy = os.path.join(tmp, "repo")
         _copy_tree(base, copy)
-        paths = (m.path,) if isinstance(m.path, str) else m.path
-        for rel in paths:
+        for rel in _paths(m):
             path = os.path.join(copy, rel)
             with open(path) as f:
                 planted = plant(m, f.read())
@@ -783,8 +786,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in MUTANTS if args.k.lower() in m.name.lower()][max(args.start, 1) - 1:]
     if args.changed:
         changed = _changed_files(args.changed)
-        chosen = [m for m in chosen if changed & {*((m.path,) if isinstance(m.path, str) else m.path),
-                                                   m.tests[0]}]
+        chosen = [m for m in chosen if changed & {*_paths(m), m.tests[0]}]
     if args.kind != "all":
         chosen = [m for m in chosen if bool(_kernel_paths(m)) == (args.kind == "kernel")]
     skip = {os.path.normpath(f) for f in args.skip_tests.split(",") if f}
@@ -792,8 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:  # and whether each still applies to the sources (without running anything)
         stale = 0
         for m in chosen:
-            paths = (m.path,) if isinstance(m.path, str) else m.path
-            ok = all(plant(m, open(os.path.join(ROOT, rel)).read()) is not None for rel in paths)
+            ok = all(plant(m, open(os.path.join(ROOT, rel)).read()) is not None for rel in _paths(m))
             stale += not ok
             print(f"{'' if ok else 'STALE  '}{m.name}  [{m.path}{' ' + m.inside if m.inside else ''}; "
                   f"{' '.join(m.tests)}]")
