@@ -79,6 +79,7 @@ def plant(m: Mutant, src: str) -> str | None:
 
 K = "numbacnn/kernels/cpu/"
 K2 = "numbacnn/kernels/cuda/"
+TEAM = "numbacnn/backend/team_region.py"  # compiled like the CPU kernels (and in the kernel tier)
 W = K + "conv2d_winograd.py"
 M = Mutant
 MUTANTS = [
@@ -160,7 +161,7 @@ MUTANTS = [
     M("gemm_tn: every chunk of the reduction overwrites the one before", K + "microkernel.py",
       "ws, kc, first and k0 == 0)", "ws, kc, first)",
       ["tests/test_kernels.py", "-k", "gemm_tn or dense"], inside="gemm_tn"),
-    M("team of no thread count: 2 threads whatever numba's count", K + "team.py",
+    M("team of no thread count: 2 threads whatever numba's count", TEAM,
       "                                   numba_threads, team_size)",
       "                                   ir.Constant(i32, 2), team_size)",
       ["tests/test_program.py", "-k", "team"], inside="_team_region"),
@@ -417,6 +418,9 @@ MUTANTS = [
     M("prebuilt kernels' stamp leaves out the JIT flags in _flags.py", "numbacnn/prebuilt.py",
       "    h.update(repr((sorted(_flags.FASTMATH), _flags.KERNEL_OPT)).encode())\n", "",
       ["tests/test_prebuilt.py", "-k", "stamp"], inside="source_stamp"),
+    M("prebuilt kernels' stamp leaves out the team region's runtime", "numbacnn/prebuilt.py",
+      "files.append(os.path.join(PACKAGE, *_RUNTIME))", "files.sort()",
+      ["tests/test_prebuilt.py", "-k", "stamp"], inside="source_stamp"),
     M("prebuilt kernels run on a CPU that lacks one of the level's features", "numbacnn/prebuilt.py",
       "if all(host.get(f, False) for f in LEVELS[level])",
       "if any(host.get(f, False) for f in LEVELS[level])",
@@ -463,11 +467,15 @@ MUTANTS = [
       "                else:\n                    after = max(after, interval + 1)",
       "                else:\n                    after = max(after, interval)",
       ["tests/test_program.py", "-k", "team"], inside="schedule"),
-    M("team: blocks split one short at the end of each thread's share", K + "team.py",
+    M("team: blocks split one short at the end of each thread's share", TEAM,
       "hi = b.sdiv(b.mul(n, b.add(tid, one)), team)",
       "hi = b.sub(b.sdiv(b.mul(n, b.add(tid, one)), team), one)",
       ["tests/test_program.py", "-k", "team"], inside="_team_region"),
-    M("team: the input's patched pointer misses a view's offset", K + "team.py",
+    M("team: a kernel that fails inside the region goes unreported", TEAM,
+      "builder.store_atomic(builder.add(row, ir.Constant(row.type, 1)), failure",
+      "builder.store_atomic(ir.Constant(row.type, 0), failure",
+      ["tests/test_program.py", "-k", "kernel_error"], inside="_note_failure"),
+    M("team: the input's patched pointer misses a view's offset", TEAM,
       "_poke(patches[k, 0], base + patches[k, 1])", "_poke(patches[k, 0], base)",
       ["tests/test_program.py", "-k", "team"], inside="run"),
     M("fold record: running_mean left out of the comparison", K + "_util.py",
@@ -698,7 +706,8 @@ def _paths(m: Mutant) -> tuple[str, ...]:
 
 
 def _kernel_paths(m: Mutant) -> list[str]:
-    return [rel for rel in _paths(m) if rel.startswith(K)]
+    """The mutant's files that numbacnn compiles (the CPU kernels and the team region's runtime)."""
+    return [rel for rel in _paths(m) if rel.startswith(K) or rel == TEAM]
 
 
 def kernel_dependents(folder: str, changed: set[str]) -> set[str]:
@@ -747,9 +756,9 @@ def _run_one(base: str, m: Mutant, timeout: float) -> tuple[int, str]:
             with open(path, "w") as f:
                 f.write(planted)
         kernels = _kernel_paths(m)
-        if kernels:
-            folder = os.path.join(copy, K)
-            for mod in kernel_dependents(folder, {os.path.basename(rel)[:-3] for rel in kernels}):
+        for rel in kernels:
+            folder = os.path.dirname(os.path.join(copy, rel))
+            for mod in kernel_dependents(folder, {os.path.basename(rel)[:-3]}):
                 for cached in glob.glob(os.path.join(folder, "__pycache__", f"{mod}.*.nb[ic]")):
                     os.remove(cached)
         return _pytest(copy, m.tests, timeout, no_tier=bool(kernels))

@@ -238,10 +238,12 @@ class InferenceProgram:
         direct = (self._reads is not None and x.dtype is _FLOAT32 and x.shape == self.x.shape
                   and x.flags.c_contiguous and x.flags.writeable)
         if team and not _team.forked():  # (a fork's child replays: OpenMP's threads are gone)
-            entry, schedule, patches = team
+            entry, schedule, patches, failed = team
             if not direct:
                 np.copyto(self.x, x)
-            entry(schedule.rows, 0, x if direct else self.x, patches)  # 0: numba's thread count
+            row = entry(schedule.rows, 0, x if direct else self.x, patches, failed)  # 0: numba's threads
+            if row:
+                self._failed(x, schedule.order[row - 1])
             return self.out
         if not direct:
             np.copyto(self.x, x)
@@ -251,6 +253,15 @@ class InferenceProgram:
         for (f, args), reads in zip(self._compiled, self._reads or ()):
             f(*(self._read(args, reads, x) if reads else args))
         return self.out
+
+    def _failed(self, x: np.ndarray, call: int) -> None:
+        """A kernel raised inside the team region (call: its index): replay the calls one by one,
+        so that the kernel raises its own exception here, in the caller's thread."""
+        np.copyto(self.x, x)
+        for f, args in self._compiled:
+            f(*args)
+        name = getattr(self.calls[call][0], "__name__", "a kernel")
+        raise RuntimeError(f"numbacnn: {name} failed inside a team region but not when replayed")
 
     @staticmethod
     def _read(args: tuple, reads: list[tuple[int, Any]], x: np.ndarray) -> tuple:
@@ -262,7 +273,7 @@ class InferenceProgram:
 
     def _make_team(self) -> Any:
         """(entry point, schedule, patches) of the team running this program's calls (``patches``:
-        where team.run points the calls that read the input, see kernels/cpu/team.py), or False."""
+        where team_region.run points the calls that read the input, see backend/team_region.py), or False."""
         import numba
 
         if not _team.available():
@@ -284,11 +295,11 @@ class InferenceProgram:
                     return False
                 patches += [(words.ctypes.data + 8 * int(k), offset) for k in found]
         patches_array = np.array(patches, np.int64).reshape(-1, 2)
-        from .kernels.cpu import team as kernel
+        from .backend import team_region
 
-        args = (schedule.rows, 1, self.x, patches_array)
-        kernel.run.compile(tuple(numba.typeof(a) for a in args))
-        return entry_point(kernel.run, args), schedule, patches_array
+        args = (schedule.rows, 1, self.x, patches_array, np.zeros(1, np.int64))
+        team_region.run.compile(tuple(numba.typeof(a) for a in args))
+        return entry_point(team_region.run, args), schedule, patches_array, args[-1]
 
     def _input_reads(self) -> list[list[tuple[int, Any]] | None]:
         """Where the recorded calls read the recording buffer self.x (see ``run``)."""

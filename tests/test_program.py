@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import numbacnn as nc
+from numbacnn.backend import team_region
 
 ARCHS = [
     "conv(4,3),relu,maxpool(2),conv(8,3),relu,maxpool(2),dense(16),relu,dropout(0.3)",  # wide
@@ -335,6 +336,57 @@ def test_team_runs_give_the_replay_bits_at_any_thread_count(arch, shape, monkeyp
     np.testing.assert_array_equal(out, expect)
 
 
+def _region_run(rows, threads, x, patches):
+    """team_region.run, which must report no failed call."""
+    assert team_region.run(rows, threads, x, patches, np.zeros(1, np.int64)) == 0
+
+
+def _explode(a):
+    """A serial "kernel" that raises where a[0] < 0 (and counts its calls in a[1])."""
+    a[1] += 1
+    if a[0] < 0:
+        raise ValueError("negative on purpose")
+
+
+def test_a_kernel_error_inside_a_team_reaches_the_caller(monkeypatch):
+    """A kernel that raises inside the team region stops the prediction with its own exception,
+    in the caller: the region reports the failed row, and the program replays the calls one by
+    one, so the kernel raises as it would outside a team."""
+    import numba
+
+    from numbacnn.kernels import cpu as K
+
+    team = _team_or_skip()
+    explode = numba.njit(_explode)
+    flag = np.array([1, 0], np.int64)
+    entry = team.address(explode, (numba.typeof(flag),))
+    thunk, buffer = team._packed(team_region.pack_serial, (flag,))
+    rows = np.array([[thunk, entry, -1, buffer.ctypes.data]] * 2, np.int64)
+    failed = np.zeros(1, np.int64)
+    assert team_region.run(rows, 2, flag, np.zeros((0, 2), np.int64), failed) == 0 and flag[1] == 2
+    flag[0] = -1
+    assert team_region.run(rows, 2, flag, np.zeros((0, 2), np.int64), failed) in (1, 2)  # a failed row + 1
+    assert flag[1] == 4  # the other calls still ran
+
+    monkeypatch.setattr(K, "TEAM_SERIAL", K.TEAM_SERIAL | {explode})
+    net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
+    x = np.random.default_rng(0).random((2, 1, 28, 28), dtype=np.float32)
+    flag[:] = (1, 0)
+    program = net._inference(x.shape, None)
+    net.forward(x)  # records
+    program.calls.append((explode, (flag,)))
+    program._compiled.append((explode, (flag,)))
+    program._reads = None
+    for _ in range(3):
+        out = net.forward(x).copy()
+    assert program.team and flag[1] == 3
+    flag[0] = -1
+    with pytest.raises(ValueError, match="negative on purpose"):
+        net.forward(x)
+    flag[0] = 1
+    np.testing.assert_array_equal(net.forward(x), out)  # and the next prediction runs as before
+
+
 class _numba_threads:
     def __init__(self, n):
         self.n = n
@@ -357,7 +409,6 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     one runs on one thread beside the blocks; the team computes what the calls in order compute."""
     team = _team_or_skip()
     from numbacnn.kernels import cpu as K
-    from numbacnn.kernels.cpu import team as kernel
 
     rng = np.random.default_rng(5)
     x, z = rng.standard_normal((2, 20000)).astype(np.float32)  # 3 blocks of 8192
@@ -367,7 +418,7 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     assert schedule.order == [0, 2, -1, 1]  # tanh touches nothing of the others; add reads relu's output
     assert list(schedule.rows[2]) == [0, 0, 0, 0] and schedule.rows[0, 2] == 3  # a barrier; 3 blocks
     no_patches = np.zeros((0, 2), np.int64)
-    kernel.run(schedule.rows, 2, x, no_patches)
+    _region_run(schedule.rows, 2, x, no_patches)
     np.testing.assert_array_equal(y1, np.maximum(x, 0))
     np.testing.assert_array_equal(y2, np.maximum(x, 0) + x)
     want = np.empty_like(x)
@@ -380,7 +431,7 @@ def test_team_barriers_go_where_calls_depend_on_each_other():
     u = np.zeros_like(filters[0])
     K.winograd_filters(u, *filters[1:])
     y1[:] = 0
-    kernel.run(schedule.rows, 1, x, no_patches)  # any thread count
+    _region_run(schedule.rows, 1, x, no_patches)  # any thread count
     np.testing.assert_array_equal(filters[0], u)
     np.testing.assert_array_equal(y1, np.maximum(x, 0))
     assert team.schedule([(K.dense_backward, ())], 2) is None  # no team form: the program replays
@@ -393,18 +444,17 @@ def test_team_of_no_thread_count_runs_numbas_count():
     team = _team_or_skip()
     import numba
 
-    from numbacnn.kernels.cpu import team as kernel
 
     ids = np.full(2, -1, np.int64)
-    entry = team.address(kernel.thread_id_block, (numba.types.int64, numba.typeof(ids)))
-    thunk, buffer = team._packed(kernel.pack_blocks, (ids,))
+    entry = team.address(team_region.thread_id_block, (numba.types.int64, numba.typeof(ids)))
+    thunk, buffer = team._packed(team_region.pack_blocks, (ids,))
     rows = np.array([[thunk, entry, 2, buffer.ctypes.data]], np.int64)
     for threads, want in ((1, [0, 0]), (2, [0, 1])):
         if threads > numba.config.NUMBA_NUM_THREADS:
             continue
         ids[:] = -1
         with _numba_threads(threads):
-            kernel.run(rows, 0, ids, np.zeros((0, 2), np.int64))
+            _region_run(rows, 0, ids, np.zeros((0, 2), np.int64))
         assert list(ids) == want, threads
 
 
@@ -413,7 +463,6 @@ def test_team_points_the_input_reads_at_the_callers_array():
     an offset) at the array it is given: the calls then read that array, not the recording."""
     team = _team_or_skip()
     from numbacnn.kernels import cpu as K
-    from numbacnn.kernels.cpu import team as kernel
 
     rng = np.random.default_rng(7)
     recording = np.zeros(20000, np.float32)
@@ -425,7 +474,7 @@ def test_team_points_the_input_reads_at_the_callers_array():
     patches = np.array([[words.ctypes.data + 8 * int(k), 400] for k in found], np.int64)
     for _ in range(2):
         x = rng.standard_normal(20000).astype(np.float32)
-        kernel.run(schedule.rows, 2, x, patches)
+        _region_run(schedule.rows, 2, x, patches)
         np.testing.assert_array_equal(y, np.maximum(x[100:], 0))
 
 
@@ -438,16 +487,15 @@ def test_team_uses_the_openmp_runtime_that_numba_uses(tmp_path):
     import sys
 
     _team_or_skip()
-    from numbacnn.kernels.cpu import team as kernel
 
     decoy = tmp_path / "libgomp-decoy.so.1"
-    shutil.copy(kernel.bound_runtime(), decoy)
+    shutil.copy(team_region.bound_runtime(), decoy)
     code = f"""
 import ctypes
 ctypes.CDLL({str(decoy)!r}, mode=ctypes.RTLD_GLOBAL)  # as torch loads its own, before numba
 import numpy as np
 import numbacnn as nc
-from numbacnn.kernels.cpu import team
+from numbacnn.backend import team_region as team
 net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
 x = np.random.default_rng(0).random((64, 1, 28, 28), dtype=np.float32)
 want = net.through(x.copy(), False, inference=True).copy()

@@ -1,4 +1,4 @@
-"""Recorded inference calls as one team region (``kernels/cpu/team.py``): the schedule ``team.run``
+"""Recorded inference calls as one team region (``team_region.py``): the schedule ``team_region.run``
 takes, built once per program from the kernels' block functions (``kernels/cpu/__init__.py``:
 TEAM_BLOCKS, TEAM_SERIAL).
 
@@ -17,6 +17,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from . import team_region
 from .calls import Call
 
 _forked = False
@@ -46,32 +47,28 @@ def available() -> bool:
     global _checked
     if _forked or os.environ.get("NUMBACNN_TEAM", "1") == "0":
         return False
-    from ..kernels.cpu import team
-
-    if not team.bind():
+    if not team_region.bind():
         return False
     if not _checked:
         _checked = True
         if not _threads_agree():
-            team.unbind()
-    return team.bind()
+            team_region.unbind()
+    return team_region.bind()
 
 
 def _threads_agree() -> bool:
     """Whether block i of a team of as many blocks as threads runs on numba's thread i."""
-    from ..kernels.cpu import team
-
     threads = 2  # a team of 2 even where numba runs 1 thread now: it may run more later
     ids = np.full(threads, -1, np.int64)
-    entry = address(team.thread_id_block, (numba.types.int64, numba.typeof(ids)))
-    thunk, buffer = _packed(team.pack_blocks, (ids,))
+    entry = address(team_region.thread_id_block, (numba.types.int64, numba.typeof(ids)))
+    thunk, buffer = _packed(team_region.pack_blocks, (ids,))
     rows = np.array([[thunk, entry, threads, buffer.ctypes.data]], np.int64)
-    team.run(rows, threads, ids, np.zeros((0, 2), np.int64))
+    team_region.run(rows, threads, ids, np.zeros((0, 2), np.int64), np.zeros(1, np.int64))
     return bool(np.array_equal(ids, np.arange(threads)))
 
 
 def _packed(pack: Any, args: tuple) -> tuple[int, Any]:
-    """(thunk, buffer): ``args`` packed by team.pack_blocks or pack_serial into a buffer of its own."""
+    """(thunk, buffer): ``args`` packed by team_region.pack_blocks or pack_serial into a buffer of its own."""
     _, size = pack(args, np.zeros(0, np.uint8))
     buffer = np.zeros(-(-size // 8) * 8, np.uint8)  # whole int64 words: patches index them
     thunk, _ = pack(args, buffer)
@@ -98,7 +95,7 @@ def _overlap(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 
 class Schedule:
-    """A program's calls packed for ``team.run``: ``rows`` (int64, (rows, 4)), the packed
+    """A program's calls packed for ``team_region.run``: ``rows`` (int64, (rows, 4)), the packed
     arguments they point into (``buffers``, kept alive here), and per row the index of its call
     (-1 for a barrier) and its buffer as int64 (None for a barrier)."""
 
@@ -115,7 +112,7 @@ class Schedule:
 
 
 def schedule(calls: list[Call], threads: int) -> Schedule | None:
-    """The calls packed for ``team.run``, or None when a call has no team form (a parallel kernel
+    """The calls packed for ``team_region.run``, or None when a call has no team form (a parallel kernel
     without block functions, or not a kernel at all).
 
     The calls are laid into intervals between barriers, each as early as its dependencies allow:
@@ -126,7 +123,6 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
     weight preparations (folds, filter transforms) run beside the layers before them, spread over
     the threads (``threads``: the thread count to spread them for; any count runs them right)."""
     from ..kernels import cpu as K
-    from ..kernels.cpu import team
 
     placed: list[tuple[int, int, tuple, list[np.ndarray]]] = []  # (interval, slot, packed, arrays)
     load: dict[tuple[int, int], int] = {}  # bytes of serial calls per (interval, slot)
@@ -136,9 +132,10 @@ def schedule(calls: list[Call], threads: int) -> Schedule | None:
         parallel = fn in K.TEAM_BLOCKS
         if parallel:
             count, block = K.TEAM_BLOCKS[fn]
-            entry, n, pack = address(block, (numba.types.int64, *types)), int(count(*args)), team.pack_blocks
+            entry, n = address(block, (numba.types.int64, *types)), int(count(*args))
+            pack = team_region.pack_blocks
         elif fn in K.TEAM_SERIAL:
-            entry, n, pack = address(fn, types), -1, team.pack_serial
+            entry, n, pack = address(fn, types), -1, team_region.pack_serial
         else:
             return None
         thunk, buffer = _packed(pack, tuple(args))

@@ -63,7 +63,7 @@ def _blocks(module, name):
     return getattr(module, name + "_blocks"), getattr(module, name + "_block")
 
 
-# The parallel kernels an inference program can run in one team region (team.py): each maps to
+# The parallel kernels an inference program can run in one team region (backend/team.py): each maps to
 # (count, block): ``count(*args)`` blocks, ``block(i, *args)`` runs block i, as its prange does.
 TEAM_BLOCKS = {
     relu_forward: _blocks(_activations, "relu_forward"),

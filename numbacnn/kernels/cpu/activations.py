@@ -5,7 +5,7 @@ Each prange iteration handles one block through slices indexed from 0 (see optim
 offset kept the loops from vectorising). An array of one block runs without a parallel region: opening
 one costs about 1.3 us more than the block itself at batch-1 sizes. The forwards' blocks are
 functions of their own (``X_blocks`` counts them, ``X_block(i, ...)`` runs block i) so that an
-inference program can run them in its own parallel region (team.py)."""
+inference program can run them in its own parallel region (backend/team.py)."""
 import numpy as np
 from numba import prange
 
@@ -38,10 +38,10 @@ def relu_forward(y, x):
     """y = max(x, 0) (NaN propagates). y, x: (M,) flat."""
     n = relu_forward_blocks(y, x)
     if n == 1:
-        relu_forward_block(0, y, x)
+        relu_forward_block(np.int64(0), y, x)
         return
     for i in prange(n):  # disjoint element ranges
-        relu_forward_block(i, y, x)
+        relu_forward_block(np.int64(i), y, x)
 
 
 @kernel(parallel=False, fastmath=False)
@@ -83,10 +83,10 @@ def tanh_forward(y, x):
     """
     n = tanh_forward_blocks(y, x)
     if n == 1:
-        tanh_forward_block(0, y, x)
+        tanh_forward_block(np.int64(0), y, x)
         return
     for i in prange(n):  # disjoint element ranges
-        tanh_forward_block(i, y, x)
+        tanh_forward_block(np.int64(i), y, x)
 
 
 @kernel(parallel=False)
@@ -151,10 +151,10 @@ def add(y, a, b, relu):
     fewer. (M,) flat."""
     n = add_blocks(y, a, b, relu)
     if n == 1:
-        add_block(0, y, a, b, relu)
+        add_block(np.int64(0), y, a, b, relu)
         return
     for i in prange(n):  # disjoint element ranges
-        add_block(i, y, a, b, relu)
+        add_block(np.int64(i), y, a, b, relu)
 
 
 @kernel(parallel=False)

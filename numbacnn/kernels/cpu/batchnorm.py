@@ -57,8 +57,8 @@ def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight
     statistics used, kept for an inference-mode backward. Shapes as in the training forward."""
     for c in prange(batchnorm_forward_eval_blocks(y, mean, invstd, x, running_mean, running_var, weight,
                                                   bias, eps, relu)):  # one channel per iteration
-        batchnorm_forward_eval_block(c, y, mean, invstd, x, running_mean, running_var, weight, bias, eps,
-                                     relu)
+        batchnorm_forward_eval_block(np.int64(c), y, mean, invstd, x, running_mean, running_var, weight,
+                                     bias, eps, relu)
 
 
 @kernel(parallel=False)
@@ -168,10 +168,12 @@ def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps, s
     (_util.same_version)."""
     n = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
     if n == 1:
-        batchnorm_fold_block(0, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
+        batchnorm_fold_block(np.int64(0), wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen,
+                             version)
         return
     for c in prange(n):  # one output channel per iteration
-        batchnorm_fold_block(c, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
+        batchnorm_fold_block(np.int64(c), wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen,
+                             version)
 
 
 @kernel(parallel=False)

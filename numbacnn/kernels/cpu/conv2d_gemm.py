@@ -98,7 +98,7 @@ def conv2d_forward_gemm(out, cols, x, w, b, SH, SW, PH, PW, relu):
     out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     """
     for n in prange(conv2d_forward_gemm_blocks(out, cols, x, w, b, SH, SW, PH, PW, relu)):
-        conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu)  # out[n], cols[n]
+        conv2d_forward_gemm_block(np.int64(n), out, cols, x, w, b, SH, SW, PH, PW, relu)  # out[n], cols[n]
 
 
 @kernel(parallel=False)

@@ -367,8 +367,8 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     """
     for i in prange(conv2d_forward_positions_blocks(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH,
                                                     KW, relu, PKH, PKW, S, argmax_too, xo)):
-        conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
-                                       PKH, PKW, S, argmax_too, xo)
+        conv2d_forward_positions_block(np.int64(i), out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW,
+                                       KH, KW, relu, PKH, PKW, S, argmax_too, xo)
 
 
 @kernel(parallel=False)

@@ -171,8 +171,8 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     """
     for i in prange(conv2d_forward_wide_blocks(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW,
                                                direct, S, argmax_too)):
-        conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
-                                  argmax_too)
+        conv2d_forward_wide_block(np.int64(i), out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
+                                  PKW, direct, S, argmax_too)
 
 
 @kernel(parallel=False)

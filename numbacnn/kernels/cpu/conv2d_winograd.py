@@ -368,8 +368,8 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     """
     for i in prange(conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
                                                    PKH, PKW, S, argmax_too, layout)):
-        conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
-                                      argmax_too, layout)
+        conv2d_forward_winograd_block(np.int64(i), out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
+                                      PKH, PKW, S, argmax_too, layout)
 
 
 @kernel(parallel=False)

@@ -80,10 +80,10 @@ def dense_forward(out, x, w, b):
     Tiles (forward_grid): blocks of rows x up to 16 blocks of output features."""
     tiles = dense_forward_blocks(out, x, w, b)
     if tiles == 1:  # no parallel region for one tile (batch-1 layers): it costs ~1.3 us
-        dense_forward_block(0, out, x, w, b)
+        dense_forward_block(np.int64(0), out, x, w, b)
         return
     for t in prange(tiles):  # disjoint tiles of out
-        dense_forward_block(t, out, x, w, b)
+        dense_forward_block(np.int64(t), out, x, w, b)
 
 
 @kernel(parallel=False)

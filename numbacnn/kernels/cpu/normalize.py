@@ -1,5 +1,6 @@
 """Per-channel input normalisation, forward and backward: y = (x - mean[c]) / std[c]
 (a colour data set's channel statistics, applied by the network's first layer)."""
+import numpy as np
 from numba import prange
 
 from ..._config import kernel
@@ -9,7 +10,7 @@ from ..._config import kernel
 def normalize_forward(y, x, mean, std):
     """y[n, c, s] = (x[n, c, s] - mean[c]) / std[c]. y, x: (N, C, S); mean, std: (C,)."""
     for nc in prange(normalize_forward_blocks(y, x, mean, std)):  # one plane per iteration
-        normalize_forward_block(nc, y, x, mean, std)
+        normalize_forward_block(np.int64(nc), y, x, mean, std)
 
 
 @kernel(parallel=False)

@@ -44,7 +44,7 @@ def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     unless a plane holds a NaN, no NaN logic (``_maxpool_nopad``).
     """
     for p in prange(maxpool2d_forward_blocks(out, argmax, x, KH, KW, SH, SW, PH, PW)):  # one plane each
-        maxpool2d_forward_block(p, out, argmax, x, KH, KW, SH, SW, PH, PW)
+        maxpool2d_forward_block(np.int64(p), out, argmax, x, KH, KW, SH, SW, PH, PW)
 
 
 @kernel(parallel=False, fastmath=False)
@@ -240,7 +240,7 @@ def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
     out: (N, C, OH, OW); x: (N, C, H, W).
     """
     for p in prange(avgpool2d_forward_blocks(out, x, KH, KW, SH, SW, PH, PW)):  # one plane each
-        avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW)
+        avgpool2d_forward_block(np.int64(p), out, x, KH, KW, SH, SW, PH, PW)
 
 
 @kernel(parallel=False)
@@ -311,7 +311,7 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
 def global_avgpool2d_forward(y, x):
     """y[n, c] = the mean of the plane x[n, c]. y: (N, C); x: (N, C, S) with S = H*W."""
     for nc in prange(global_avgpool2d_forward_blocks(y, x)):  # one plane per iteration
-        global_avgpool2d_forward_block(nc, y, x)
+        global_avgpool2d_forward_block(np.int64(nc), y, x)
 
 
 @kernel(parallel=False)

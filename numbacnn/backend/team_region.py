@@ -13,9 +13,13 @@ threads, x, patches)`` then takes one int64 array, four entries per row:
     (0, 0, 0, 0): a barrier (every call before it has finished on every thread before any call
         after it starts).
 ``run`` is one compiled function for every network (per input type); ``pack`` is compiled once per
-argument types (a kernel's specialisation), and both are cached like the other kernels. The calls
-that read the program's input are pointed at the caller's array by ``run`` itself. Errors raised inside a
-kernel are not propagated (as in prange bodies).
+argument types (a kernel's specialisation), and both are cached like the kernels (and compiled ahead
+into the kernel tier: ``prebuilt.source_stamp`` covers this file). The calls that read the program's
+input are pointed at the caller's array by ``run`` itself. A call whose kernel raises (numba's status
+code, which a thunk returns) stops nothing else in the region, but ``run`` returns the first failed
+row plus one (0: every call succeeded), and the caller raises (backend/team.py: ``Failed``).
+
+This is a runtime, not arithmetic: it lives in the backend, beside the scheduler that fills its rows.
 
 OpenMP is called directly (GOMP_parallel, GOMP_barrier, omp_get_thread_num/num_threads of the
 runtime that numba's "omp" threading layer links to, found through that layer's own library: a
@@ -34,7 +38,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..._config import kernel
+from .._config import kernel
 
 _SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _PREFIX = "numbacnn_"
@@ -146,7 +150,8 @@ def _borrowed(context, builder, argtys, args):
     return out
 
 
-_THUNK = ir.FunctionType(ir.VoidType(), [ir.IntType(64), ir.IntType(8).as_pointer(), ir.IntType(64)])
+# a thunk: (block index, packed arguments, entry point) -> the kernel's numba status code
+_THUNK = ir.FunctionType(ir.IntType(32), [ir.IntType(64), ir.IntType(8).as_pointer(), ir.IntType(64)])
 
 
 @intrinsic
@@ -172,10 +177,10 @@ def _pack(typingctx, args, buffer, blocks):
         stored = t.load(t.bitcast(packed, ltype.as_pointer()))
         values = [t.extract_value(stored, j) for j in range(len(atys))]
         if with_index:
-            _call_entry(context, t, entry, (types.int64, *atys), [index, *values])
+            status = _call_entry(context, t, entry, (types.int64, *atys), [index, *values])
         else:
-            _call_entry(context, t, entry, atys, values)
-        t.ret_void()
+            status = _call_entry(context, t, entry, atys, values)
+        t.ret(status)
         size = ir.Constant(i64, context.get_abi_sizeof(ltype))
         buf = context.make_array(signature.args[1])(context, builder, llargs[1])
         nbytes = builder.mul(buf.nitems, buf.itemsize)
@@ -189,7 +194,8 @@ def _pack(typingctx, args, buffer, blocks):
 
 
 def _call_entry(context, builder, entry, argtys, args):
-    """Call the numba-compiled function at address ``entry`` (int64) returning None with ``args``."""
+    """Call the numba-compiled function at address ``entry`` (int64) returning None with ``args``;
+    its status code (numba's calling convention: 0 or -2 for success, else an exception)."""
     conv = context.call_conv
     fnty = conv.get_function_type(types.none, argtys)
     fn = builder.inttoptr(entry, fnty.as_pointer())
@@ -198,7 +204,7 @@ def _call_entry(context, builder, entry, argtys, args):
     builder.store(cgutils.get_null_value(retty), ret)
     excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee)
     packed = conv._get_arg_packer(argtys).as_arguments(builder, args)
-    builder.call(fn, [ret, excinfo, *packed])
+    return builder.call(fn, [ret, excinfo, *packed])
 
 
 @kernel(parallel=False)
@@ -216,10 +222,11 @@ def pack_serial(args, buffer):
 
 
 @intrinsic
-def _team_region(typingctx, schedule, threads):
+def _team_region(typingctx, schedule, threads, failed):
     """One GOMP_parallel region of ``threads`` threads running ``schedule`` (see the module);
-    ``threads`` <= 0: numba's thread count of the calling thread."""
-    sig = types.void(schedule, threads)
+    ``threads`` <= 0: numba's thread count of the calling thread. A call whose kernel fails stores
+    its row plus one in ``failed[0]`` (an int64 array, zeroed by the caller)."""
+    sig = types.void(schedule, threads, failed)
 
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
@@ -230,16 +237,17 @@ def _team_region(typingctx, schedule, threads):
             return cgutils.get_or_insert_function(module, ir.FunctionType(returns, []), _PREFIX + name)
 
         rows = context.make_array(signature.args[0])(context, builder, args[0])
-        shared = ir.LiteralStructType([i64.as_pointer(), i64])  # the rows and their count
+        failed = context.make_array(signature.args[2])(context, builder, args[2])
+        shared = ir.LiteralStructType([i64.as_pointer(), i64, i64.as_pointer()])  # rows, count, failed
         data = cgutils.alloca_once(builder, shared)
         count = builder.sdiv(rows.nitems, ir.Constant(i64, 4))
-        builder.store(cgutils.pack_struct(builder, [rows.data, count]), data)
+        builder.store(cgutils.pack_struct(builder, [rows.data, count, failed.data]), data)
         body = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p]),
                            name=module.get_unique_name("numbacnn_team"))
         body.linkage = "internal"
         b = ir.IRBuilder(body.append_basic_block("entry"))
         ctx = b.load(b.bitcast(body.args[0], shared.as_pointer()))
-        table, count = b.extract_value(ctx, 0), b.extract_value(ctx, 1)
+        table, count, failure = (b.extract_value(ctx, j) for j in range(3))
         tid = b.sext(b.call(omp("omp_get_thread_num"), []), i64)
         team = b.sext(b.call(omp("omp_get_num_threads"), []), i64)
         zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
@@ -257,11 +265,11 @@ def _team_region(typingctx, schedule, threads):
                             lo = b.sdiv(b.mul(n, tid), team)
                             hi = b.sdiv(b.mul(n, b.add(tid, one)), team)
                             with cgutils.for_range_slice(b, lo, hi, one) as (i, _):
-                                b.call(call, [i, packed, entry])
+                                _note_failure(b, b.call(call, [i, packed, entry]), failure, loop.index)
                         with serial:
                             thread = b.srem(b.sub(ir.Constant(i64, -1), n), team)
                             with b.if_then(b.icmp_signed("==", tid, thread)):
-                                b.call(call, [zero, packed, entry])
+                                _note_failure(b, b.call(call, [zero, packed, entry]), failure, loop.index)
         b.ret_void()
         team_size = builder.trunc(context.cast(builder, args[1], signature.args[1], types.int64), i32)
         numba_threads = builder.call(omp(_THREADS), [])
@@ -273,6 +281,15 @@ def _team_region(typingctx, schedule, threads):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _note_failure(builder, status, failure, row):
+    """Where a thunk's numba ``status`` is an error (neither 0, success, nor -2, success returning
+    None), store ``row`` plus one at ``failure`` (an atomic store: any failed row will do)."""
+    ok = builder.or_(builder.icmp_signed("==", status, ir.Constant(status.type, 0)),
+                     builder.icmp_signed("==", status, ir.Constant(status.type, -2)))
+    with builder.if_then(builder.not_(ok), likely=False):
+        builder.store_atomic(builder.add(row, ir.Constant(row.type, 1)), failure, "monotonic", 8)
 
 
 @intrinsic
@@ -291,14 +308,17 @@ def _poke(typingctx, address, value):
 
 
 @kernel(parallel=False)
-def run(schedule, threads, x, patches):
+def run(schedule, threads, x, patches, failed):
     """Run the packed calls of ``schedule`` (int64, rows of 4: see the module) in one parallel
     region of ``threads`` threads (<= 0: numba's thread count, asked through the bound layer's
     entry point: numba.get_num_threads() compiled in would keep this kernel out of the caches),
-    after pointing the packed arguments that read the
-    program's input at ``x``: patches (int64, (k, 2)) holds where each such data pointer lies and
-    its offset from the input's first byte (a view's)."""
+    after pointing the packed arguments that read the program's input at ``x``: patches (int64,
+    (k, 2)) holds where each such data pointer lies and its offset from the input's first byte (a
+    view's). Returns 0, or a failed call's row plus one (its kernel raised; failed: int64 (1,),
+    scratch)."""
     base = x.ctypes.data
     for k in range(patches.shape[0]):
         _poke(patches[k, 0], base + patches[k, 1])
-    _team_region(schedule, threads)
+    failed[0] = 0
+    _team_region(schedule, threads, failed)
+    return failed[0]
