@@ -1,6 +1,7 @@
 """CNNClassifier: a scikit-learn classifier (Pipelines, GridSearchCV, clone, pickling) on numbacnn."""
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from . import _config
+from . import _config, recipes
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .data import stratified_split
@@ -56,6 +57,15 @@ def _threads(n: int | None):
         _config.set_num_threads(before)
         with _active_lock:
             _active -= 1
+
+
+# the estimator's parameter for each hyperparameter a recipe sets (recipes.RECIPES' keys); a recipe
+# sets the optional ones only where they are left at their defaults
+_RECIPE_PARAMS = {"arch": "architecture", "optimizer": "optimizer", "lr": "learning_rate",
+                  "momentum": "momentum", "nesterov": "nesterov", "weight_decay": "weight_decay",
+                  "batch_size": "batch_size", "lr_schedule": "lr_schedule", "augment": "augment",
+                  "label_smoothing": "label_smoothing", "epochs": "max_epochs", "tta": "tta"}
+_RECIPE_OPTIONAL = ("max_epochs", "tta")
 
 
 class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
@@ -112,6 +122,16 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     tta : {"none", "mirror", "mirror-translate"}
         Test-time augmentation of ``predict``, ``predict_proba`` and ``score``: the logits averaged
         over mirrored (and translated) views of each image (``numbacnn.tta``); images only.
+    weight_decay : float or None
+        L2 weight decay (decoupled for "adamw"); None: the optimizer's default (0; "adamw" 0.01).
+    nesterov : bool
+        Nesterov momentum for "sgd".
+    recipe : {"resnet8"} or None
+        A published recipe sets the hyperparameters it names (``numbacnn.recipes.RESNET8``:
+        architecture, optimizer, learning rate, momentum, Nesterov, weight decay, batch size,
+        schedule, augmentation, label smoothing), and ``max_epochs`` and ``tta`` where they are
+        left at their defaults; a hyperparameter it sets given another value is a ValueError.
+        airbench94 trains with its own loop: ``numbacnn.recipes.train_airbench94``.
     """
 
     def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
@@ -121,7 +141,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
                  validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
                  class_weight: str | dict | None = None, warm_start: bool = False, verbose: int = 0,
                  n_threads: int | None = None, device: str = "cpu", augment: str | None = None,
-                 label_smoothing: float = 0.0, lr_schedule: str = "constant", tta: str = "none") -> None:
+                 label_smoothing: float = 0.0, lr_schedule: str = "constant", tta: str = "none",
+                 weight_decay: float | None = None, nesterov: bool = False,
+                 recipe: str | None = None) -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -144,6 +166,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.label_smoothing = label_smoothing
         self.lr_schedule = lr_schedule
         self.tta = tta
+        self.weight_decay = weight_decay
+        self.nesterov = nesterov
+        self.recipe = recipe
 
     # --- input handling -------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool, y=None):
@@ -218,12 +243,31 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         "label_smoothing": [Interval(Real, 0, 1, closed="left")],
         "lr_schedule": [StrOptions({"constant", "cosine", "onecycle"})],
         "tta": [StrOptions({"none", "mirror", "mirror-translate"})],
+        "weight_decay": [Interval(Real, 0, None, closed="left"), None],
+        "nesterov": ["boolean"],
+        "recipe": [StrOptions(set(recipes.TRAINER_RECIPES)), None],
     }
 
     def _check_params(self) -> None:
         self._validate_params()  # scikit-learn's checks of _parameter_constraints
         check_device(self.device)
-        Augment.parse(self.augment)  # a ValueError naming a bad term
+        Augment.parse(self._settings()["augment"])  # a ValueError naming a bad term (or a recipe clash)
+
+    def _settings(self) -> dict[str, Any]:
+        """The hyperparameters that fit uses, by parameter name: the estimator's own, or with a
+        ``recipe`` the recipe's (``max_epochs`` and ``tta`` only where left at their defaults)."""
+        own = {name: getattr(self, name) for name in _RECIPE_PARAMS.values()}
+        if self.recipe is None:
+            return own
+        settings = recipes.RECIPES[self.recipe]
+        defaults = {k: p.default for k, p in inspect.signature(CNNClassifier.__init__).parameters.items()}
+        sets = {name: settings[key] for key, name in _RECIPE_PARAMS.items() if key in settings}
+        clash = [name for name in sets if name not in _RECIPE_OPTIONAL and own[name] != defaults[name]]
+        if clash:
+            raise ValueError(f"recipe={self.recipe!r} sets {', '.join(clash)} itself: leave "
+                             f"{'it' if len(clash) == 1 else 'them'} at the default")
+        return {**own, **{name: value for name, value in sets.items()
+                          if name not in _RECIPE_OPTIONAL or own[name] == defaults[name]}}
 
     def _example_weights(self, y: np.ndarray, sample_weight) -> np.ndarray | None:
         """Per-example weights (sample_weight x class_weight), or None when all are 1."""
@@ -242,7 +286,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     # --- fitting ----------------------------------------------------------------------------------
     def _init_model(self, shape, n_classes: int, rng: np.random.Generator) -> None:
         seed = int(rng.integers(2**31))
-        self.net_ = build_network(self.architecture, shape, n_classes, seed=seed, adapt=True)
+        self.net_ = build_network(self._settings()["architecture"], shape, n_classes, seed=seed, adapt=True)
         self.net_.to(self.device)
         self._make_trainer(int(rng.integers(2**31)))
         self.input_shape_ = tuple(shape)
@@ -253,13 +297,16 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.n_iter_ = 0
 
     def _make_trainer(self, seed: int) -> None:
-        kwargs: dict[str, Any] = {"lr": self.learning_rate}
-        if self.optimizer == "sgd":
-            kwargs["momentum"] = self.momentum
-        self._optimizer = make_optimizer(self.optimizer, self.net_, **kwargs)
-        self._trainer = Trainer(self.net_, self._optimizer, batch_size=self.batch_size, seed=seed,
-                                progress=self.verbose > 0, shuffle=self.shuffle, augment=self.augment,
-                                label_smoothing=self.label_smoothing, lr_schedule=self.lr_schedule)
+        h = self._settings()
+        kwargs: dict[str, Any] = {"lr": h["learning_rate"]}
+        if h["weight_decay"] is not None:
+            kwargs["weight_decay"] = h["weight_decay"]
+        if h["optimizer"] == "sgd":
+            kwargs.update(momentum=h["momentum"], nesterov=h["nesterov"])
+        self._optimizer = make_optimizer(h["optimizer"], self.net_, **kwargs)
+        self._trainer = Trainer(self.net_, self._optimizer, batch_size=h["batch_size"], seed=seed,
+                                progress=self.verbose > 0, shuffle=self.shuffle, augment=h["augment"],
+                                label_smoothing=h["label_smoothing"], lr_schedule=h["lr_schedule"])
 
     def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
         """One mean and std over all pixels (per channel for colour: arrays of C); with sample
@@ -337,8 +384,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
             w = None if w is None else w[tr]
             self.validation_scores_: list[float] = []
             self.best_validation_score_ = -np.inf
-        self._trainer.fit(x, y, self._trainer.epoch + self.max_epochs, x_val=x_val, y_val=y_val,
-                          callbacks=[_Stopping(self)], sample_weight=w)
+        epochs = self._trainer.epoch + self._settings()["max_epochs"]
+        self._trainer.fit(x, y, epochs, x_val=x_val, y_val=y_val, callbacks=[_Stopping(self)],
+                          sample_weight=w)
 
     def partial_fit(self, X, y, classes=None, sample_weight=None) -> CNNClassifier:
         """One epoch over (X, y); ``classes`` (all labels) is required on the first call, labels
@@ -384,7 +432,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
 
         images = self._images(X, self.input_shape_)
         with _threads(self.n_threads):
-            return logits(self.net_, images, self.tta)
+            return logits(self.net_, images, self._settings()["tta"])
 
     def predict_log_proba(self, X) -> np.ndarray:
         z = self._logits(X).astype(np.float64)

@@ -206,3 +206,30 @@ def test_the_resnet8_recipe_sets_its_flags_and_trains_as_they_would(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["train.py: error: --recipe resnet8 sets --lr, --nesterov itself: leave them out"]
     assert recipes.RECIPES["resnet8"]["epochs"] == 25 and "resnet8" in recipes.TRAINER_RECIPES
+
+
+def test_the_estimator_takes_the_resnet8_recipe_as_its_parameters_by_hand(rng):
+    """CNNClassifier(recipe="resnet8") trains and predicts as the same hyperparameters given by
+    hand (the recipe's own list, written out here), bit for bit; max_epochs and tta stay the
+    user's where given; a hyperparameter the recipe sets, given another value, is one ValueError;
+    airbench94 (a loop of its own) is not an estimator recipe."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from numbacnn import CNNClassifier
+
+    x = rng.random((40, 32, 32, 3), dtype=np.float32)  # channels last, as images load
+    y = np.arange(40) % 3
+    by_hand = dict(architecture="resnet8", optimizer="sgd", learning_rate=0.1, momentum=0.9, nesterov=True,
+                   weight_decay=5e-4, batch_size=128, lr_schedule="onecycle", augment="crop:4,flip",
+                   label_smoothing=0.1, tta="mirror")
+    recipe = CNNClassifier(recipe="resnet8", max_epochs=1, random_state=0).fit(x, y)
+    manual = CNNClassifier(**by_hand, max_epochs=1, random_state=0).fit(x, y)
+    np.testing.assert_array_equal(recipe.predict_proba(x), manual.predict_proba(x))
+    opt = recipe._optimizer
+    assert (type(opt).__name__, opt.nesterov, opt.weight_decay) == ("SGD", True, 5e-4)  # (momentum: cycled)
+    assert CNNClassifier(recipe="resnet8")._settings()["max_epochs"] == 25
+    assert CNNClassifier(recipe="resnet8", tta="mirror-translate")._settings()["tta"] == "mirror-translate"
+    with pytest.raises(ValueError, match=r"recipe='resnet8' sets learning_rate, batch_size itself"):
+        CNNClassifier(recipe="resnet8", learning_rate=0.5, batch_size=8).fit(x, y)
+    with pytest.raises(InvalidParameterError, match="recipe"):
+        CNNClassifier(recipe="airbench94").fit(x, y)
