@@ -126,12 +126,15 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         L2 weight decay (decoupled for "adamw"); None: the optimizer's default (0; "adamw" 0.01).
     nesterov : bool
         Nesterov momentum for "sgd".
-    recipe : {"resnet8"} or None
+    recipe : {"resnet8", "airbench94"} or None
         A published recipe sets the hyperparameters it names (``numbacnn.recipes.RESNET8``:
         architecture, optimizer, learning rate, momentum, Nesterov, weight decay, batch size,
         schedule, augmentation, label smoothing), and ``max_epochs`` and ``tta`` where they are
         left at their defaults; a hyperparameter it sets given another value is a ValueError.
-        airbench94 trains with its own loop: ``numbacnn.recipes.train_airbench94``.
+        "airbench94" trains as ``numbacnn.recipes.train_airbench94`` does (its network, optimizer
+        and schedule; 9.9 epochs unless ``max_epochs`` is given), on colour 32x32 images in [0, 1]
+        or 0-255 (then divided by 255), in ``fit`` only (no ``partial_fit``, ``warm_start`` or
+        ``early_stopping``).
     """
 
     def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
@@ -211,8 +214,10 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         if X.ndim != 2 and tuple(X.shape[1:]) != fitted[4 - X.ndim:]:
             raise ValueError(f"X has image shape {X.shape[1:]}, but {type(self).__name__} was "
                              f"fitted on {fitted}" + (" (channels last)" if last else ""))
+        x: np.ndarray
         if last:
-            x = np.ascontiguousarray(X.reshape(X.shape[0], h, w, c).transpose(0, 3, 1, 2), np.float32)
+            # a copy (astype copies): X transposed back may be the caller's own array, scaled below
+            x = X.reshape(X.shape[0], h, w, c).transpose(0, 3, 1, 2).astype(np.float32, order="C")
         else:
             x = X.reshape((X.shape[0],) + tuple(shape)).astype(np.float32)
         mean, scale = np.asarray(self.x_mean_, np.float64), np.asarray(self.x_scale_, np.float64)
@@ -245,7 +250,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         "tta": [StrOptions({"none", "mirror", "mirror-translate"})],
         "weight_decay": [Interval(Real, 0, None, closed="left"), None],
         "nesterov": ["boolean"],
-        "recipe": [StrOptions(set(recipes.TRAINER_RECIPES)), None],
+        "recipe": [StrOptions(set(recipes.RECIPES)), None],
     }
 
     def _check_params(self) -> None:
@@ -266,6 +271,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         if clash:
             raise ValueError(f"recipe={self.recipe!r} sets {', '.join(clash)} itself: leave "
                              f"{'it' if len(clash) == 1 else 'them'} at the default")
+        if self.recipe == "airbench94" and (self.early_stopping or self.warm_start):
+            raise ValueError("recipe='airbench94' trains on its own schedule: early_stopping and "
+                             "warm_start do not apply")
         return {**own, **{name: value for name, value in sets.items()
                           if name not in _RECIPE_OPTIONAL or own[name] == defaults[name]}}
 
@@ -286,9 +294,11 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     # --- fitting ----------------------------------------------------------------------------------
     def _init_model(self, shape, n_classes: int, rng: np.random.Generator) -> None:
         seed = int(rng.integers(2**31))
-        self.net_ = build_network(self._settings()["architecture"], shape, n_classes, seed=seed, adapt=True)
-        self.net_.to(self.device)
-        self._make_trainer(int(rng.integers(2**31)))
+        if self.recipe != "airbench94":  # (its network is made from the training images: fit)
+            self.net_ = build_network(self._settings()["architecture"], shape, n_classes, seed=seed,
+                                      adapt=True)
+            self.net_.to(self.device)
+            self._make_trainer(int(rng.integers(2**31)))
         self.input_shape_ = tuple(shape)
         # one mean and scale, or one per channel for colour (arrays of C)
         self.x_mean_: float | np.ndarray = 0.0
@@ -311,6 +321,9 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
         """One mean and std over all pixels (per channel for colour: arrays of C); with sample
         weights, rows count by their weight (as if repeated)."""
+        if self.recipe == "airbench94":  # its network standardises with CIFAR-10's statistics
+            self.x_mean_, self.x_scale_ = 0.0, 255.0 if float(np.max(X)) > 1.0 else 1.0
+            return
         c = self.input_shape_[0]
         if c > 1:
             last = self.channels_last_
@@ -372,8 +385,21 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         x_all = self._images(X, shape)
         with _threads(self.n_threads):
             self.n_threads_ = _config.get_num_threads()
-            self._fit_epochs(x_all, y_all, weights, rng)
+            if self.recipe == "airbench94":
+                self._fit_airbench94(x_all, y_all, weights, int(rng.integers(2**31)))
+            else:
+                self._fit_epochs(x_all, y_all, weights, rng)
         return self
+
+    def _fit_airbench94(self, x: np.ndarray, y: np.ndarray, w: np.ndarray | None, seed: int) -> None:
+        """recipes.train_airbench94's training (network, optimizer, schedule, seed) on (x, y)."""
+        epochs = self._settings()["max_epochs"]
+        self.net_ = recipes.airbench94_network(x, len(self.classes_), seed).to(self.device)
+        self._trainer, schedule, rounds = recipes.airbench94_trainer(
+            self.net_, len(x), seed, epochs, progress=self.verbose > 0, log=None)
+        self._optimizer = self._trainer.optimizer
+        self._trainer.fit(x, y, rounds, callbacks=[schedule, _Stopping(self, stop=False)],
+                          sample_weight=w)
 
     def _fit_epochs(self, x, y, w, rng) -> None:
         x_val = y_val = None
@@ -393,6 +419,8 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         outside them are refused later, and the optimizer state (momentum, Adam's moments, step
         count) carries over between calls. ``sample_weight`` as in ``fit``."""
         first = not hasattr(self, "net_")
+        if self.recipe == "airbench94":
+            raise ValueError("recipe='airbench94' trains in fit only (a schedule over all its epochs)")
         if first:
             self._check_params()
             if classes is None:

@@ -134,6 +134,27 @@ class _Airbench94Schedule(Callback):
             trainer.net.layers[1].freeze("bias")
 
 
+def airbench94_trainer(net: Sequential, n: int, seed: int = 0, epochs: float | None = None,
+                       progress: bool = True, log: Callable[[str], None] | None = print
+                       ) -> tuple[Trainer, Callback, int]:
+    """The recipe's trainer of ``net`` (``airbench94_network``, on its device) for ``n`` training
+    images, the callback that runs its Lookahead and whitening-bias schedule, and the epochs to
+    give ``Trainer.fit`` (whole epochs; ``max_steps`` ends a fractional last one). ``epochs``:
+    fewer than the published 9.9 for a shorter run."""
+    h = AIRBENCH94
+    epochs = h["epochs"] if epochs is None else float(epochs)
+    if not epochs > 0:
+        raise ValueError(f"epochs must be positive, got {epochs!r}")
+    batch = h["batch_size"]
+    opt = airbench94_optimizer(net)
+    steps_per_epoch = n // batch if n >= batch else 1
+    total = math.ceil(steps_per_epoch * epochs)
+    trainer = Trainer(net, opt, batch_size=min(batch, n), seed=seed, progress=progress, log=log,
+                      lr_schedule="triangle", augment=h["augment"], label_smoothing=h["label_smoothing"],
+                      drop_last=True, max_steps=total)
+    return trainer, _Airbench94Schedule(opt, total, steps_per_epoch), math.ceil(epochs)
+
+
 def train_airbench94(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray | None = None,
                      y_test: np.ndarray | None = None, seed: int = 0, epochs: float | None = None,
                      log: Callable[[str], None] | None = print, progress: bool = True,
@@ -144,25 +165,15 @@ def train_airbench94(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarra
     initialised on the CPU, then moved). Returns the network, the history, the accuracies and the
     wall time."""
     h = AIRBENCH94
-    epochs = h["epochs"] if epochs is None else float(epochs)
-    if not epochs > 0:
-        raise ValueError(f"epochs must be positive, got {epochs!r}")
-    batch = h["batch_size"]
     n_classes = int(np.max(y_train)) + 1
     t0 = time.perf_counter()
     net = airbench94_network(x_train, max(n_classes, 2), seed).to(device)
-    opt = airbench94_optimizer(net)
-    n = len(x_train)
-    steps_per_epoch = n // batch if n >= batch else 1
-    total = math.ceil(steps_per_epoch * epochs)
-    trainer = Trainer(net, opt, batch_size=min(batch, n), seed=seed, progress=progress, log=log,
-                      lr_schedule="triangle", augment=h["augment"], label_smoothing=h["label_smoothing"],
-                      drop_last=True, max_steps=total)
+    trainer, schedule, rounds = airbench94_trainer(net, len(x_train), seed, epochs, progress, log)
     # the held-out images are evaluated once, at the end (as airbench does): not after every epoch
-    schedule = _Airbench94Schedule(opt, total, steps_per_epoch)
-    history = trainer.fit(x_train, y_train, math.ceil(epochs), callbacks=[schedule])
+    history = trainer.fit(x_train, y_train, rounds, callbacks=[schedule])
     train_seconds = time.perf_counter() - t0
-    out: dict[str, Any] = {"net": net, "history": history, "steps": total, "seconds": train_seconds}
+    out: dict[str, Any] = {"net": net, "history": history, "steps": trainer.max_steps,
+                           "seconds": train_seconds}
     if x_test is not None and y_test is not None and len(y_test):
         out["test_accuracy"] = evaluate(net, x_test, y_test)[1]
         out["tta_test_accuracy"] = evaluate(net, x_test, y_test, tta=h["tta"])[1]

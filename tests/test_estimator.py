@@ -70,6 +70,22 @@ def test_string_labels_images_and_non_square_features(digits):
     assert clf_shape.input_shape_ == (1, 4, 16)
 
 
+def test_channels_last_colour_x_is_read_and_never_written():
+    """Channels-last colour X (N, H, W, 3) trains as the same images channels first, and fit,
+    predict and transform leave the caller's array as it was, also where X is a transposed view
+    of a channels-first array (its transpose back is that array itself)."""
+    rng = np.random.default_rng(3)
+    first = rng.random((24, 3, 6, 6), dtype=np.float32) * 200
+    y = np.arange(24) % 2
+    view = first.transpose(0, 2, 3, 1)  # channels last, not contiguous
+    saved = first.copy()
+    params = dict(architecture="conv(4,3),relu,dense(8)", max_epochs=2, random_state=0)
+    last = CNNClassifier(**params).fit(view, y)
+    last.predict(view), last.transform(view)
+    np.testing.assert_array_equal(first, saved)
+    np.testing.assert_array_equal(CNNClassifier(**params).fit(saved, y).net_.params, last.net_.params)
+
+
 def test_inputs_are_standardised_with_one_scalar_mean_and_std(digits):
     """x_mean_ and x_scale_ are the mean and std over all training pixels, and the network sees
     (X - mean) / std: predict_proba equals a float64 softmax of the net on X standardised by hand."""

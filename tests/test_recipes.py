@@ -212,7 +212,7 @@ def test_the_estimator_takes_the_resnet8_recipe_as_its_parameters_by_hand(rng):
     """CNNClassifier(recipe="resnet8") trains and predicts as the same hyperparameters given by
     hand (the recipe's own list, written out here), bit for bit; max_epochs and tta stay the
     user's where given; a hyperparameter the recipe sets, given another value, is one ValueError;
-    airbench94 (a loop of its own) is not an estimator recipe."""
+    a recipe the estimator does not know is scikit-learn's parameter error."""
     from sklearn.utils._param_validation import InvalidParameterError
 
     from numbacnn import CNNClassifier
@@ -232,4 +232,39 @@ def test_the_estimator_takes_the_resnet8_recipe_as_its_parameters_by_hand(rng):
     with pytest.raises(ValueError, match=r"recipe='resnet8' sets learning_rate, batch_size itself"):
         CNNClassifier(recipe="resnet8", learning_rate=0.5, batch_size=8).fit(x, y)
     with pytest.raises(InvalidParameterError, match="recipe"):
-        CNNClassifier(recipe="airbench94").fit(x, y)
+        CNNClassifier(recipe="resnet9").fit(x, y)
+
+
+def test_the_estimator_trains_airbench94_as_the_recipe_function_does(rng):
+    """CNNClassifier(recipe="airbench94") trains what recipes.train_airbench94 trains (its network,
+    optimizer, schedule; the seed the estimator draws): the same weights bit for bit, from colour
+    images in [0, 1] given channels last; 0-255 images are divided by 255; what does not apply to
+    a schedule over all the epochs is refused in one line."""
+    from numbacnn import CNNClassifier
+
+    x = rng.random((32, 3, 32, 32), dtype=np.float32)
+    y = np.arange(32) % 10
+    # 6 steps of one batch: the 5th synchronises Lookahead, the end takes its slow weights
+    est = CNNClassifier(recipe="airbench94", max_epochs=6, random_state=0).fit(x.transpose(0, 2, 3, 1), y)
+    draws = np.random.default_rng(0)
+    draws.integers(2**31)
+    seed = int(draws.integers(2**31))  # the second draw: the network's and the trainer's seed
+    out = recipes.train_airbench94(x, y, seed=seed, epochs=6, log=None, progress=False)
+    want = out["net"].state_dict()
+    got = est.net_.state_dict()
+    assert out["steps"] == 6 and list(got) == list(want)
+    initial = recipes.airbench94_network(x, 10, seed).state_dict()
+    assert not np.array_equal(want["3.weight"], initial["3.weight"])  # (the steps changed the weights)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert est.n_iter_ == 6 and len(est.loss_curve_) == 6
+    assert est._settings()["tta"] == "mirror-translate"
+    assert est.predict_proba(x.transpose(0, 2, 3, 1)).shape == (32, 10)
+    x255 = np.floor(x * 255)
+    assert CNNClassifier(recipe="airbench94", max_epochs=1, random_state=0).fit(x255, y).x_scale_ == 255.0
+    with pytest.raises(ValueError, match="fit only"):
+        CNNClassifier(recipe="airbench94").partial_fit(x, y, classes=np.arange(10))
+    with pytest.raises(ValueError, match="early_stopping and warm_start do not apply"):
+        CNNClassifier(recipe="airbench94", early_stopping=True).fit(x, y)
+    with pytest.raises(ValueError, match="needs colour 32x32 images"):
+        CNNClassifier(recipe="airbench94").fit(x[:, :, :16, :16], y)
