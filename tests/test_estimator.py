@@ -102,12 +102,6 @@ def test_inputs_are_standardised_with_one_scalar_mean_and_std(digits):
 
 
 @pytest.mark.slow
-def test_readme_cross_validation_score_on_digits():
-    """README: cross_val_score(CNNClassifier(random_state=0), X, y, cv=5) gives 0.977 on digits."""
-    X, y = load_digits(return_X_y=True)
-    assert cross_val_score(CNNClassifier(random_state=0), X, y, cv=5).mean() >= 0.97
-
-
 def test_early_stopping_and_warm_start(digits):
     X, y = digits
     clf = CNNClassifier(**{**SMALL, "early_stopping": True, "n_iter_no_change": 2,
