@@ -257,6 +257,52 @@ def make_cifar(root, rows=64, seed=0):
     return d
 
 
+CIFAR_DEV = os.path.join(ROOT, "..", "shared", "data", "cifar10", "cifar10-dev.npz")
+
+
+def test_an_archive_in_cifar_s_own_format_gives_the_npz_s_arrays_and_numbers(tmp_path):
+    """A cifar-10-python.tar.gz holding the same images as an npz (the official layout: five
+    training batches of uint8 rows in R, G, B planes, a test batch, batches.meta) loads to the same
+    float32 arrays, labels and class names, and train.py gives the same metrics from either. Real
+    CIFAR-10 images (shared/data's cifar10-dev.npz) where present, else fabricated ones."""
+    if os.path.exists(CIFAR_DEV):
+        with np.load(CIFAR_DEV) as z:
+            images, labels = z["x_train"][:3000], z["y_train"][:3000]  # (N, 32, 32, 3) uint8
+    else:
+        rng = np.random.default_rng(0)
+        images, labels = rng.integers(0, 256, (3000, 32, 32, 3), dtype=np.uint8), np.arange(3000) % 10
+    npz = tmp_path / "cifar.npz"
+    np.savez(npz, x_train=images[:2400], y_train=labels[:2400], x_test=images[2400:], y_test=labels[2400:],
+             classes=np.array(CIFAR_CLASSES))
+    d = tmp_path / "cifar-10-batches-py"
+    d.mkdir()
+    rows = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)  # a row: 1024 R, 1024 G, 1024 B
+    parts = [(f"data_batch_{i + 1}", slice(480 * i, 480 * (i + 1))) for i in range(5)]
+    for name, part in [*parts, ("test_batch", slice(2400, 3000))]:
+        with open(d / name, "wb") as f:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels[part].tolist(),
+                         b"data": np.ascontiguousarray(rows[part]),
+                         b"filenames": [b"x.png"] * len(rows[part])}, f, protocol=2)
+    with open(d / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [n.encode() for n in CIFAR_CLASSES]}, f, protocol=2)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(d, arcname="cifar-10-batches-py")
+    a, b = load_dataset(str(npz)), load_dataset(str(archive))
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert a.classes == b.classes == CIFAR_CLASSES and a.x_train.dtype == np.float32
+    metrics = []
+    for data in (npz, archive):
+        out = tmp_path / f"{data.name}.json"
+        r = _cli("train.py", "--data", str(data), "--arch", "conv(8,3),relu,maxpool(2),dense(10)",
+                 "--epochs", "1", "--augment", "none", "--metrics-out", str(out), "--quiet")
+        assert r.returncode == 0, r.stderr
+        m = json.loads(out.read_text())
+        metrics.append((m["test_accuracy"], [(e["train_loss"], e["test_loss"]) for e in m["epochs"]]))
+    assert metrics[0] == metrics[1]
+
+
 def test_cifar_batches_and_archive_load_and_train_with_resnet8(tmp_path):
     d = make_cifar(tmp_path)
     ds = load_dataset(str(tmp_path))
