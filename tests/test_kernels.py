@@ -1024,21 +1024,34 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
     training, for odd output sides (unless a fused pool reads only an even part), and its backward
     follows the forward that ran; inference runs Winograd on odd sides too (half-empty last
-    tiles), from WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle."""
-    from numbacnn.backend.cpu_conv import WINOGRAD_INFER_MIN_TILES, WINOGRAD_MIN_TILES
+    tiles), from WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle. Layers narrower than
+    WINOGRAD_WIDE_CHANNELS also run "positions" on outputs of fewer than WINOGRAD_MIN_AREA."""
+    from numbacnn.backend.cpu_conv import (
+        WINOGRAD_INFER_MIN_TILES,
+        WINOGRAD_MIN_AREA,
+        WINOGRAD_MIN_TILES,
+        WINOGRAD_WIDE_CHANNELS,
+    )
 
-    layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
+    narrow = nc.Conv2D(32, 48, 3, padding=1).initialize(rng)
+    assert narrow.strategy == "winograd" and 48 < WINOGRAD_WIDE_CHANNELS and WINOGRAD_MIN_AREA == 100
+    plan = narrow.plan
+    assert not plan.runs_winograd((64, 32, 8, 8)) and not plan.runs_winograd((64, 32, 8, 8), None, False)
+    assert plan.runs_winograd((64, 32, 10, 10)) and not plan.runs_winograd((64, 32, 9, 11))
+    assert plan.runs_winograd((64, 32, 10, 10), None, False)
+    C = WINOGRAD_WIDE_CHANNELS  # the tile thresholds alone
+    layer = nc.Conv2D(C, C, 3, padding=1).initialize(rng)
     assert layer.strategy == "winograd"
     enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
     assert enough > 1
     for n, h, w, winograd in [(1, 4, 4, False), (enough, 4, 4, True), (enough - 1, 4, 4, False),
                               (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False), (1, 7, 7, False)]:
-        assert layer.plan.runs_winograd((n, 32, h, w)) == winograd
+        assert layer.plan.runs_winograd((n, C, h, w)) == winograd
         if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
             tiles = (h // 2) * (w // 2)
-            assert layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles), 32, h, w), (2, 2))
-            assert not layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles) - 1, 32, h, w), (2, 2))
-        x = f32(rng.standard_normal((n, 32, h, w)))
+            assert layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles), C, h, w), (2, 2))
+            assert not layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles) - 1, C, h, w), (2, 2))
+        x = f32(rng.standard_normal((n, C, h, w)))
         y = layer.forward(x, training=True)
         assert layer.plan.ran_winograd == winograd
         expect = ref.conv2d_forward(x, layer.weight, layer.bias, 1, 1)
@@ -1049,7 +1062,7 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
         np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
         # inference (no backward follows) runs Winograd on odd sides too, enough tiles given
         odd_tiles = n * ((h + 1) // 2) * ((w + 1) // 2)
-        assert layer.plan.runs_winograd((n, 32, h, w), None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
+        assert layer.plan.runs_winograd((n, C, h, w), None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         y = layer.forward(x, training=False, backward=False)
         assert layer.plan.ran_winograd == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)

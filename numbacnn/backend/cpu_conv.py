@@ -380,6 +380,15 @@ WINOGRAD_MIN_TILES = 24
 # blocks: resnet8's 64 -> 64 layer at 7 x 7 (16 tiles) at batch 1 made the whole prediction 0.96x the
 # time on 2 threads (91.7 -> 88.1 us), 0.95x on one.
 WINOGRAD_INFER_MIN_TILES = 16
+# Outputs of fewer than WINOGRAD_MIN_AREA computed positions per image run "positions" unless the
+# layer has WINOGRAD_WIDE_CHANNELS channels in and out: the default digits network's 32 -> 64 layer
+# on 8 x 8 trained at 0.98-0.99x Winograd's time there and predicted its 360 test images at
+# 1.04-1.16x (2-core Xeon, interleaved in one process), while Winograd's kernels were about 60 s of
+# the 194 s of a first digits run compiling everything (132 s without them); resnet8's 64 -> 64
+# layer on 7 x 7 keeps it (0.96x the prediction's time), as does mnistcnn's 10 x 10 output under
+# its pool.
+WINOGRAD_MIN_AREA = 100
+WINOGRAD_WIDE_CHANNELS = 64
 
 
 class WinogradPlan(CpuConvPlan):
@@ -387,7 +396,9 @@ class WinogradPlan(CpuConvPlan):
 
     With a fused pool only the outputs that the pool reads are computed (mnistcnn's 11 x 11 output
     under a 2 x 2 pool: 5 x 5 tiles). A call whose batch has fewer than WINOGRAD_MIN_TILES tiles
-    (WINOGRAD_INFER_MIN_TILES for inference) runs the "positions" plan instead (``runs_winograd``;
+    (WINOGRAD_INFER_MIN_TILES for inference), or whose images have fewer than WINOGRAD_MIN_AREA
+    computed outputs on a layer narrower than WINOGRAD_WIDE_CHANNELS, runs the "positions" plan
+    instead (``runs_winograd``;
     the backward follows its forward), and so does a training forward whose computed output has an
     odd side (a half-empty last tile: its backward ran 1.1x slower than "positions'" on resnet8's
     7 x 7 layer at batch 8), while inference runs Winograd there too (resnet8's 64 -> 64 7 x 7
@@ -409,6 +420,10 @@ class WinogradPlan(CpuConvPlan):
         only, and whether a backward follows: odd output sides run Winograd for inference only)."""
         n, _, h, w = shape
         oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
+        g = self.geometry
+        if (not self.always and oh * ow < WINOGRAD_MIN_AREA
+                and min(g.in_channels, g.out_channels) < WINOGRAD_WIDE_CHANNELS):
+            return False
         if not backward:
             return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_INFER_MIN_TILES
         even = oh % 2 == 0 and ow % 2 == 0
