@@ -222,7 +222,7 @@ class TieredCache:
 
 
 NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run compiles for a few "
-          "minutes (about 3 on 2 cores), later runs load them from numba's cache")
+          "minutes (the default digits run about 2 on 2 cores), later runs load them from numba's cache")
 
 
 def _notice_once() -> None:
