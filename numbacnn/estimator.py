@@ -265,7 +265,7 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         if self.recipe is None:
             return own
         settings = recipes.RECIPES[self.recipe]
-        defaults = {k: p.default for k, p in inspect.signature(CNNClassifier.__init__).parameters.items()}
+        defaults = _DEFAULTS
         sets = {name: settings[key] for key, name in _RECIPE_PARAMS.items() if key in settings}
         clash = [name for name in sets if name not in _RECIPE_OPTIONAL and own[name] != defaults[name]]
         if clash:
@@ -551,3 +551,7 @@ class _Stopping(Callback):
 
 
 __all__ = ["CNNClassifier"]
+
+
+# __init__'s defaults, which a recipe's hyperparameters may replace (CNNClassifier._settings)
+_DEFAULTS = {k: p.default for k, p in inspect.signature(CNNClassifier.__init__).parameters.items()}
