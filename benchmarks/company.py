@@ -2,7 +2,8 @@
 and model search in parallel (GridSearchCV n_jobs=2, a Dask LocalCluster) against the same work done
 one after the other.
 
-    python benchmarks/company.py [--net mnistcnn] [--batch 64] [--seconds 2] [--no-torch] [--json F]
+    python benchmarks/company.py [--net mnistcnn] [--batch 64] [--seconds 2] [--no-torch]
+        [--no-train-py] [--rounds 2] [--no-search] [--json F]
 
 Each training runs in its own process: it imports, builds the network, warms up (the recorded step
 and the kernels loaded), then waits for a start signal, so only the timed steps overlap. Rows:
@@ -11,6 +12,8 @@ and the kernels loaded), then waits for a start signal, so only the timed steps 
 - two at once: two trainings started together (wall time over the two run one after the other).
 numbacnn runs with its default OpenMP spin, with libgomp's own default (GOMP_SPINCOUNT=300000, what
 numbacnn ran before it chose its own) and with OMP_WAIT_POLICY=passive.
+Then the same rows for whole ``python train.py --epochs 4`` processes (digits; the fastest of
+``--rounds`` interleaved rounds), and the model searches.
 """
 from __future__ import annotations
 
@@ -106,6 +109,52 @@ def trainings(kind: str, net: str, batch: int, seconds: float, env: dict[str, st
     return res
 
 
+TRAIN_PY = [sys.executable, "train.py", "--epochs", "4", "--quiet"]
+
+
+def _train_py_wall(n: int, env: dict[str, str], n_busy: int = 0) -> float:
+    """Wall time of n ``python train.py --epochs 4`` (digits) started together, beside n_busy busy
+    single-thread processes."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    busy = [subprocess.Popen([sys.executable, "-c", _BUSY]) for _ in range(n_busy)]
+    try:
+        time.sleep(0.3 if busy else 0.0)
+        t = time.perf_counter()
+        procs = [subprocess.Popen(TRAIN_PY, cwd=root, stdout=subprocess.DEVNULL, env=dict(os.environ, **env))
+                 for _ in range(n)]
+        if [p.wait(timeout=600) for p in procs] != [0] * n:
+            raise RuntimeError("python train.py failed")
+        return time.perf_counter() - t
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+
+
+TRAIN_PY_WAITS = {"numbacnn default": {}, "passive": {"OMP_WAIT_POLICY": "passive"},
+                  "libgomp default": {"GOMP_SPINCOUNT": "300000"}}
+
+
+def train_py(rounds: int, waits: dict[str, dict[str, str]] = TRAIN_PY_WAITS) -> dict[str, dict[str, float]]:
+    """Whole ``python train.py --epochs 4`` processes (import, data, 4 epochs on digits): per wait
+    policy (``waits``: the environment of each; "passive" among them) the time alone, beside 1 and 3
+    busy processes, and two at once over one after the other; rounds interleaved across the
+    policies, the fastest of each kept."""
+    _train_py_wall(1, {})  # kernels loaded into numba's cache once
+    best: dict[str, dict[str, float]] = {name: {} for name in waits}
+    for _ in range(rounds):
+        for name, env in waits.items():
+            row = {"alone s": _train_py_wall(1, env), "beside 1 busy s": _train_py_wall(1, env, 1),
+                   "beside 3 busy s": _train_py_wall(1, env, 3), "two at once s": _train_py_wall(2, env)}
+            for k, v in row.items():
+                best[name][k] = min(best[name].get(k, v), v)
+    for row in best.values():
+        row["two at once / one after the other"] = row["two at once s"] / (2 * row["alone s"])
+    for row in best.values():
+        row["beside 3 busy / passive's"] = row["beside 3 busy s"] / best["passive"]["beside 3 busy s"]
+    return best
+
+
 _SEARCH = r"""
 import json, sys, time
 import joblib
@@ -154,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=2.0, help="timed training per worker")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--no-search", action="store_true")
+    p.add_argument("--no-train-py", action="store_true")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the train.py rows")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     try:
@@ -171,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         rows[label] = trainings(kind, args.net, args.batch, args.seconds, env)
         print(f"{label:28s} " + "  ".join(f"{k} {v:.0f}" if "img/s" in k else f"{k} {v:.2f}"
                                           for k, v in rows[label].items()), flush=True)
+    if not args.no_train_py:
+        for name, row in train_py(args.rounds).items():
+            rows[f"train.py --epochs 4 ({name})"] = row
+            print(f"train.py --epochs 4 ({name}): " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()),
+                  flush=True)
     if not args.no_search:
         rows["model search"] = searches()
         print("model search (README's GridSearchCV): "

@@ -178,13 +178,20 @@ def _openmp_max_threads() -> int | None:
         return None
 
 
+# OMP_NUM_THREADS as this process had it when numbacnn was imported, read once as OpenMP runtimes read
+# it when they load. Dask's LocalCluster writes OMP_NUM_THREADS=1 into the client's own environment
+# before it spawns its workers (meant for them) and leaves it there: read at every fit, the client's
+# GridSearchCV refit ran on one thread (4.1 s against 2.5 s on 2 cores).
+_OMP_NUM_THREADS = os.environ.get("OMP_NUM_THREADS", "")
+
+
 def default_threads() -> int:
     """The thread count of a run that asks for none: the CPUs this process may use, at most
-    OMP_NUM_THREADS (joblib's loky workers and Dask's worker processes set it to their share of the
-    cores) and the limit of an enclosing ``threadpoolctl.threadpool_limits``; at most
-    NUMBA_NUM_THREADS."""
+    OMP_NUM_THREADS as the process had it when numbacnn was imported (joblib's loky workers and
+    Dask's worker processes start with their share of the cores there) and the limit of an enclosing
+    ``threadpoolctl.threadpool_limits``; at most NUMBA_NUM_THREADS."""
     n = min(max_threads(), cpus_available())
-    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    env = _OMP_NUM_THREADS.split(",")[0].strip()
     if env.isdigit() and int(env) > 0:
         n = min(n, int(env))
     omp = _openmp_max_threads()
@@ -216,12 +223,15 @@ def get_num_threads() -> int:
 # How long an idle OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT; its default is
 # 300,000, near a millisecond). A training step runs many short parallel regions; with the default,
 # each waiting thread spins through the gaps and takes the core from anything else that wants it:
-# lenet5 beside one busy process took 12.9x its time alone, two trainings at once 9.3x the time of one
-# after the other. Measured on a 2-core Xeon (docs/performance.md, "Sharing the CPU"): 3,000 spins keep
-# the idle machine's training and batch-1 inference within 2-4 % and bring those to 2.1x and 1.2x;
-# 1,000 costs batch-1 inference 18 %; OMP_WAIT_POLICY=passive (1.6x and 1.0x) costs training 10-14 %
-# and batch-1 inference 35-50 %, and is respected where the user sets it.
-SPIN_COUNT = "3000"
+# two `python train.py --epochs 4` at once took 2.3-3.3x the time of one after the other on 2 cores,
+# and 1.2-1.3x OMP_WAIT_POLICY=passive's time beside three busy processes. Measured on a 2-core Xeon,
+# interleaved (benchmarks/company.py, benchmarks/spin_ab.py; docs/performance.md, "Sharing the CPU"):
+# 10,000 spins bring those to 0.74x and 1.06x and keep every benchmark row of the idle machine within
+# the noise of libgomp's default; 5,000 left resnet8's batch-1 inference 3.6 % slower there and 3,000
+# cost batch-1 inference 5 % (1,000: 18 %), while shorter spins share better under heavier steps (two
+# lenet5 trainings at batch 64 at once: 1.08-1.17x with 3,000, about 1.4x with 10,000, PyTorch 1.3-1.45x);
+# passive costs training 10-14 % and batch-1 inference 35-50 %, and is respected where the user sets it.
+SPIN_COUNT = "10000"
 
 
 def _start_threads() -> None:

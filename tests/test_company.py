@@ -113,7 +113,8 @@ def test_parallel_model_search_is_no_slower_than_sequential_search():
         pytest.skip("needs 2 CPUs")
     res = json.loads(_python(SEARCH).splitlines()[-1])
     # each worker follows its share of the cores (OMP_NUM_THREADS=1), so the same work in the same
-    # time; Dask's scheduler, nannies and per-task traffic share the 2 cores too (1.2x measured on the
-    # README's search). Workers spinning for their cores made such searches 3-4x slower.
+    # time, and the refit in this process takes both cores (measured 0.77x and 0.97x). Workers
+    # spinning for their cores made such searches 3-4x slower; a refit that took Dask's
+    # OMP_NUM_THREADS=1 for its own made Dask's 1.2x.
     assert res["n_jobs=2"] <= 1.15 * res["sequential"], res
-    assert res["dask"] <= 1.5 * res["sequential"], res
+    assert res["dask"] <= 1.15 * res["sequential"], res

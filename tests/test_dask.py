@@ -37,9 +37,11 @@ with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_a
         remote = GridSearchCV(est, grid, cv=3, n_jobs=-1).fit(X, y)
     threads = client.submit(lambda: CNNClassifier(**est.get_params()).fit(X, y).n_threads_).result()
     workers = len(client.scheduler_info()["workers"])
+    client_threads = remote.best_estimator_.n_threads_  # the refit, in this process
 print(json.dumps({"local": [local.best_params_, local.cv_results_["mean_test_score"].tolist()],
                   "remote": [remote.best_params_, remote.cv_results_["mean_test_score"].tolist()],
-                  "worker_threads": threads, "workers": workers}))
+                  "worker_threads": threads, "workers": workers, "client_threads": client_threads,
+                  "local_threads": local.best_estimator_.n_threads_}))
 """
 
 
@@ -52,6 +54,10 @@ def test_grid_search_on_a_dask_cluster_equals_n_jobs_1():
     assert res["workers"] == 2
     assert res["remote"] == res["local"]  # the same best parameters and the same scores, bit for bit
     assert res["worker_threads"] == 1  # each fit follows its worker's share (Dask sets OMP_NUM_THREADS=1)
+    # Dask leaves its workers' OMP_NUM_THREADS=1 in the client's environment too: the refit there still
+    # takes this process's cores
+    assert res["client_threads"] == res["local_threads"]
+    assert res["local_threads"] >= min(2, len(os.sched_getaffinity(0)))
 
 
 def test_fitted_estimator_pickles_its_weights_not_its_workspaces():
