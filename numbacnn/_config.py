@@ -226,11 +226,12 @@ def get_num_threads() -> int:
 # two `python train.py --epochs 4` at once took 2.3-3.3x the time of one after the other on 2 cores,
 # and 1.2-1.3x OMP_WAIT_POLICY=passive's time beside three busy processes. Measured on a 2-core Xeon,
 # interleaved (benchmarks/company.py, benchmarks/spin_ab.py; docs/performance.md, "Sharing the CPU"):
-# 10,000 spins bring those to 0.74x and 1.06x and keep every benchmark row of the idle machine within
+# 10,000 spins bring those to 0.74x and 1.06-1.09x and keep every benchmark row of the idle machine within
 # the noise of libgomp's default; 5,000 left resnet8's batch-1 inference 3.6 % slower there and 3,000
 # cost batch-1 inference 5 % (1,000: 18 %), while shorter spins share better under heavier steps (two
 # lenet5 trainings at batch 64 at once: 1.08-1.17x with 3,000, about 1.4x with 10,000, PyTorch 1.3-1.45x);
-# passive costs training 10-14 % and batch-1 inference 35-50 %, and is respected where the user sets it.
+# passive costs lenet5's training 6-16 % and batch-1 inference 35-50 %, and is respected where the
+# user sets it.
 SPIN_COUNT = "10000"
 
 
