@@ -55,12 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spin", help="GOMP_SPINCOUNT for numbacnn's side (default: numbacnn's own choice)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
-    if args.spin:
-        SETTINGS["numbacnn"] = {"GOMP_SPINCOUNT": args.spin}
+    settings = dict(SETTINGS, numbacnn={"GOMP_SPINCOUNT": args.spin} if args.spin else {})
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, str(args.threads)], text=True,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env, **extra))
-               for name, extra in SETTINGS.items()}
+               for name, extra in settings.items()}
 
     def timed(name: str, net: str, kind: str, batch: int) -> float:
         w = workers[name]
@@ -75,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for net in args.nets.split(","):
             for kind, batch in ROWS:
-                ratios, rates = [], {name: [] for name in SETTINGS}
+                ratios, rates = [], {name: [] for name in settings}
                 for r in range(args.rounds):
-                    order = list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]
+                    order = list(settings) if r % 2 == 0 else list(settings)[::-1]
                     got = {name: timed(name, net, kind, batch) for name in order}
-                    for name in SETTINGS:
+                    for name in settings:
                         rates[name].append(got[name])
                     ratios.append(got["libgomp default"] / got["numbacnn"])
                 row = f"{net} {kind} batch {batch}"

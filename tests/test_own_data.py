@@ -238,23 +238,32 @@ def npz(tmp_path):
 
 
 # --- CIFAR-10 ----------------------------------------------------------------------------------------
-def make_cifar(root, rows=64, seed=0):
-    """A cifar-10-batches-py/ with the official layout: bytes keys, uint8 rows of 3072 values."""
-    rng = np.random.default_rng(seed)
+def write_cifar(root, parts):
+    """A cifar-10-batches-py/ with the official layout (bytes keys, uint8 rows of 3072 values: 1024
+    R, 1024 G, 1024 B) from parts [(batch name, rows, labels)]; returns its path."""
     d = os.path.join(root, "cifar-10-batches-py")
     os.makedirs(d)
-    names = ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]
-    for name in names:
-        labels = rng.integers(0, 10, rows)
-        data = rng.integers(0, 60, (rows, 3, 32, 32)).astype(np.uint8)
-        data[np.arange(rows), labels % 3, :, :] += 150  # learnable: the label's channel is bright
+    for name, data, labels in parts:
         with open(os.path.join(d, name), "wb") as f:
-            pickle.dump({b"batch_label": name.encode(), b"labels": labels.tolist(),
-                         b"data": data.reshape(rows, 3072), b"filenames": [b"x.png"] * rows}, f, protocol=2)
+            pickle.dump({b"batch_label": name.encode(), b"labels": list(labels),
+                         b"data": np.ascontiguousarray(data), b"filenames": [b"x.png"] * len(data)}, f,
+                        protocol=2)
     with open(os.path.join(d, "batches.meta"), "wb") as f:
         pickle.dump({b"label_names": [n.encode() for n in CIFAR_CLASSES], b"num_vis": 3072,
-                     b"num_cases_per_batch": rows}, f, protocol=2)
+                     b"num_cases_per_batch": len(parts[0][1])}, f, protocol=2)
     return d
+
+
+def make_cifar(root, rows=64, seed=0):
+    """write_cifar with fabricated, learnable batches (the label's channel is bright)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        labels = rng.integers(0, 10, rows)
+        data = rng.integers(0, 60, (rows, 3, 32, 32)).astype(np.uint8)
+        data[np.arange(rows), labels % 3, :, :] += 150
+        parts.append((name, data.reshape(rows, 3072), labels.tolist()))
+    return write_cifar(root, parts)
 
 
 CIFAR_DEV = os.path.join(ROOT, "..", "shared", "data", "cifar10", "cifar10-dev.npz")
@@ -274,17 +283,10 @@ def test_an_archive_in_cifar_s_own_format_gives_the_npz_s_arrays_and_numbers(tmp
     npz = tmp_path / "cifar.npz"
     np.savez(npz, x_train=images[:2400], y_train=labels[:2400], x_test=images[2400:], y_test=labels[2400:],
              classes=np.array(CIFAR_CLASSES))
-    d = tmp_path / "cifar-10-batches-py"
-    d.mkdir()
-    rows = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)  # a row: 1024 R, 1024 G, 1024 B
+    rows = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)
     parts = [(f"data_batch_{i + 1}", slice(480 * i, 480 * (i + 1))) for i in range(5)]
-    for name, part in [*parts, ("test_batch", slice(2400, 3000))]:
-        with open(d / name, "wb") as f:
-            pickle.dump({b"batch_label": name.encode(), b"labels": labels[part].tolist(),
-                         b"data": np.ascontiguousarray(rows[part]),
-                         b"filenames": [b"x.png"] * len(rows[part])}, f, protocol=2)
-    with open(d / "batches.meta", "wb") as f:
-        pickle.dump({b"label_names": [n.encode() for n in CIFAR_CLASSES]}, f, protocol=2)
+    d = write_cifar(tmp_path, [(name, rows[part], labels[part].tolist())
+                               for name, part in [*parts, ("test_batch", slice(2400, 3000))]])
     archive = tmp_path / "cifar-10-python.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(d, arcname="cifar-10-batches-py")
