@@ -54,7 +54,8 @@ else:
 CONFIGS = [  # (net, batch, threads, what)
     ("lenet5", 1, 1, "train"), ("lenet5", 32, 2, "train"), ("lenet5", 128, 2, "train"),
     ("lenet5", 256, 2, "train"), ("mnistcnn", 32, 2, "train"), ("mnistcnn", 128, 2, "train"),
-    ("mnistcnn", 256, 2, "train"), ("lenet5", 64, 2, "infer"), ("lenet5", 256, 2, "infer"),
+    ("mnistcnn", 256, 2, "train"), ("lenet5", 1, 2, "infer"), ("lenet5", 64, 2, "infer"),
+    ("lenet5", 256, 2, "infer"), ("mnistcnn", 1, 2, "infer"),
     ("mnistcnn", 64, 2, "infer"), ("mnistcnn", 256, 2, "infer"),
 ]
 

@@ -81,17 +81,17 @@ NO_CACHE_WARNING = (
     "cache them")
 
 
-def kernel(parallel: bool = True, fastmath: bool = True, inline: bool = False, float_division: bool = False):
-    """Decorator for CPU kernels: ``njit`` with the project's cache/parallel/fastmath flags,
-    compiled at KERNEL_OPT, loaded from the prebuilt kernels shipped with the package when they
-    match (``prebuilt.py``). Where numba finds no writable cache directory (a read-only install
-    without NUMBA_CACHE_DIR), what is not prebuilt compiles in memory, after one warning.
+def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = False):
+    """Decorator for CPU kernels: ``njit`` with the project's cache and fastmath flags, compiled at
+    KERNEL_OPT, never with ``parallel=True`` (a kernel's parallel loop is ``_parallel.parallel_blocks``),
+    loaded from the prebuilt kernels shipped with the package when they match (``prebuilt.py``).
+    Where numba finds no writable cache directory (a read-only install without NUMBA_CACHE_DIR),
+    what is not prebuilt compiles in memory, after one warning.
     ``inline``: numba inlines the function into its callers' code (a helper called per channel,
     with ten array arguments, cost more than its work). ``float_division``: divisions by zero give
     inf or NaN as in numpy (numba's "numpy" error model) instead of raising ZeroDivisionError: the
     check on every division kept LLVM from vectorising loops that divide (rational approximations)."""
-    flags: dict[str, Any] = dict(parallel=parallel, nogil=True,
-                                 fastmath=set(FASTMATH) if fastmath else False)
+    flags: dict[str, Any] = dict(nogil=True, fastmath=set(FASTMATH) if fastmath else False)
     if inline:
         flags["inline"] = "always"
     if float_division:
@@ -127,7 +127,7 @@ def single_thread_kernel_blas() -> None:
     """Pin the BLAS that the kernels call (scipy's OpenBLAS, through kernels/cpu/blas.py; numba's
     ``np.dot`` uses it too) to one thread. Called once, when blas.py is imported.
 
-    Kernels call BLAS from inside ``prange`` (one GEMM per example or block); a multi-threaded BLAS
+    Kernels call BLAS from inside parallel blocks (one GEMM per example or block); a multi-threaded BLAS
     there would fight numba's own threads. numpy's own BLAS (used by user code) is left alone.
     """
     global _blas_done, _blas_arch

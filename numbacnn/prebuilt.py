@@ -44,21 +44,21 @@ _OFF_WHEN_SET = ("NUMBACNN_NO_CACHE", "NUMBA_BOUNDSCHECK", "NUMBA_DEBUGINFO", "N
 _BUILD_ENV = "NUMBACNN_PREBUILT_BUILD"  # set in the build's child processes: the level being built
 
 
-# The one source file outside kernels/cpu whose functions ``_config.kernel`` compiles: the team
-# region's runtime (its packers and its parallel region)
-_RUNTIME = ("backend", "team_region.py")
+# The source files outside kernels/cpu compiled into the kernels: the kernels' parallel loop and the
+# team region's runtime (its packers and its parallel region)
+_RUNTIME = (("_parallel.py",), ("backend", "team_region.py"))
 
 
 def source_stamp() -> str:
-    """SHA-256 over the compiled sources (numbacnn/kernels/cpu/*.py in name order, then the team
-    region's runtime) and the compile flags that ``_config.kernel`` gives them (``_flags``):
+    """SHA-256 over the compiled sources (numbacnn/kernels/cpu/*.py in name order, then _RUNTIME's
+    files) and the compile flags that ``_config.kernel`` gives them (``_flags``):
     compiled code depends on every helper a kernel inlines and on those flags, and on nothing else
     (not on the plans, layers or docs)."""
     from . import _flags
 
     folder = os.path.join(PACKAGE, "kernels", "cpu")
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
-    files.append(os.path.join(PACKAGE, *_RUNTIME))
+    files += [os.path.join(PACKAGE, *parts) for parts in _RUNTIME]
     h = hashlib.sha256()
     for path in files:
         h.update(os.path.relpath(path, PACKAGE).encode() + b"\0")

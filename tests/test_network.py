@@ -258,7 +258,7 @@ def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
         _config._compile_at_kernel_opt(fail)(())
     assert numba.config.OPT == before
 
-    @_config.kernel(parallel=False)
+    @_config.kernel()
     def add_one(a):
         return a + 1.0
     assert add_one(np.float32(1.0)) == 2.0 and numba.config.OPT == before

@@ -208,7 +208,7 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
     base = prebuilt.source_stamp()
     assert base == orig
     for rel, changes in (("kernels/cpu/_util.py", True), ("kernels/cpu/pool.py", True),
-                         ("backend/team_region.py", True), ("_config.py", False),
+                         ("backend/team_region.py", True), ("_parallel.py", True), ("_config.py", False),
                          ("backend/cpu_conv.py", False), ("layers/conv.py", False)):
         path = copy / rel
         text = path.read_text()

@@ -8,7 +8,7 @@ a byte buffer (arrays without reference counting: the caller keeps them alive), 
 of a "thunk" that unpacks them and calls the kernel's compiled entry point. ``run(schedule,
 threads, x, patches)`` then takes one int64 array, four entries per row:
     (thunk, entry, n, buffer), n >= 0: a parallel kernel's block function ``block(i, *args)`` for
-        i < n, split as numba splits a prange: blocks [n * t / T, n * (t + 1) / T) on thread t of T;
+        i < n, split as _parallel.parallel_blocks splits them: [n * t / T, n * (t + 1) / T) on thread t;
     (thunk, entry, n, buffer), n < 0: a serial kernel ``kernel(*args)`` on thread (-1 - n) % T;
     (0, 0, 0, 0): a barrier (every call before it has finished on every thread before any call
         after it starts).
@@ -131,7 +131,7 @@ def bound_runtime() -> str | None:
     return library_of(_lookup("GOMP_parallel") or 0) if _bound else None
 
 
-@kernel(parallel=False)
+@kernel()
 def thread_id_block(i, ids):
     """Block i of a check: ids[i] = the thread number that numba's kernels see."""
     ids[i] = numba.get_thread_id()
@@ -207,14 +207,14 @@ def _call_entry(context, builder, entry, argtys, args):
     return builder.call(fn, [ret, excinfo, *packed])
 
 
-@kernel(parallel=False)
+@kernel()
 def pack_blocks(args, buffer):
     """(thunk, bytes) of a parallel kernel's block call ``block(i, *args)``; stores args in buffer
     when it holds ``bytes``."""
     return _pack(args, buffer, True)
 
 
-@kernel(parallel=False)
+@kernel()
 def pack_serial(args, buffer):
     """(thunk, bytes) of a serial kernel's call ``kernel(*args)``; stores args in buffer when it
     holds ``bytes``."""
@@ -307,7 +307,7 @@ def _poke(typingctx, address, value):
     return sig, codegen
 
 
-@kernel(parallel=False)
+@kernel()
 def run(schedule, threads, x, patches, failed):
     """Run the packed calls of ``schedule`` (int64, rows of 4: see the module) in one parallel
     region of ``threads`` threads (<= 0: numba's thread count, asked through the bound layer's

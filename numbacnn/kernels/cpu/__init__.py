@@ -64,7 +64,7 @@ def _blocks(module, name):
 
 
 # The parallel kernels an inference program can run in one team region (backend/team.py): each maps to
-# (count, block): ``count(*args)`` blocks, ``block(i, *args)`` runs block i, as its prange does.
+# (count, block): ``count(*args)`` blocks, ``block(i, *args)`` runs block i (the kernel's parallel_blocks).
 TEAM_BLOCKS = {
     relu_forward: _blocks(_activations, "relu_forward"),
     tanh_forward: _blocks(_activations, "tanh_forward"),

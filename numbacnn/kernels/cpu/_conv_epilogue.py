@@ -5,7 +5,7 @@ import numpy as np
 from ..._config import kernel
 
 
-@kernel(parallel=False)
+@kernel()
 def marked(best, k):
     """The stored argmax of a fused ReLU + max pool window: the offset k = ky * PKW + kx of the
     maximum inside its window where that maximum is positive, else -1 - k (the ReLU passes no
@@ -14,7 +14,7 @@ def marked(best, k):
     return k if best > np.float32(0.0) else -1 - k
 
 
-@kernel(parallel=False)
+@kernel()
 def bias_relu(row, bias, relu):
     """row += bias in place, then max(., 0) when relu (NaN stays NaN): one long loop, vectorised."""
     zero = np.float32(0.0)
@@ -27,7 +27,7 @@ def bias_relu(row, bias, relu):
             row[j] += bias
 
 
-@kernel(parallel=False)
+@kernel()
 def max2x2(v0, v1, v2, v3):
     """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its ``marked`` offset (0-3),
     the first in row-major order on ties; branch-free selects, so that loops calling it
@@ -43,7 +43,7 @@ def max2x2(v0, v1, v2, v3):
     return best, marked(best, k23 if t else k01)
 
 
-@kernel(parallel=False)
+@kernel()
 def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
     """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
     position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their
@@ -68,7 +68,7 @@ def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
             a[py, px] = marked(best, best_k)
 
 
-@kernel(parallel=False)
+@kernel()
 def wide_grad(gf, off, P, dout, y, Wp, relu):
     """The rows at (off, pitch P) of gf = dout (Co, OH, OW) on wide rows (row pitch Wp; Wp = OW
     lays them out exactly), zero where the fused ReLU's output y was not positive and in the junk
@@ -97,7 +97,7 @@ def wide_grad(gf, off, P, dout, y, Wp, relu):
                     dst[ox] = zero
 
 
-@kernel(parallel=False)
+@kernel()
 def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
     """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + PKH x PKW max pool
     routed to each window's argmax a (Co, PH, PW) (``marked`` window offsets), on rows of length
@@ -137,7 +137,7 @@ def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
             row[corner[i] + gd[i]] = gs[i]
 
 
-@kernel(parallel=False)
+@kernel()
 def grad_rows(gf, off, P, dout, y, a, Wp, L, relu, PKH, PKW, gm, gi):
     """wide_grad_pooled when pooled (PKH > 0; a: the argmax; gm, gi its workspaces; y unused),
     else wide_grad."""

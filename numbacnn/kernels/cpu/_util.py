@@ -4,30 +4,31 @@ copies in vector moves."""
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import prange, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 
-@kernel(parallel=False)
+@kernel()
 def part_bounds(n, parts, c):
     """Examples [lo, hi) of part c when n examples are split into ``parts`` nearly equal parts."""
     return (c * n) // parts, ((c + 1) * n) // parts
 
 
-@kernel(parallel=False)
+@kernel()
 def conv_out(size, k, s, p):
     """Output positions of a convolution along one axis: input ``size``, kernel ``k``, stride
     ``s``, zero padding ``p`` on both sides."""
     return (size + 2 * p - k) // s + 1
 
 
-@kernel(parallel=False)
+@kernel()
 def zero_parts(dw, db):
     """dw (Co, K) = 0 and db (Co,) = 0: a chunk's gradient parts before it accumulates.
-    Loops rather than dw[:] = 0: inside a prange body that would compile as a nested parallel loop."""
+    Loops, as every kernel writes its arrays."""
     zero = np.float32(0.0)
     for co in range(dw.shape[0]):
         db[co] = zero
@@ -36,7 +37,7 @@ def zero_parts(dw, db):
             row[k] = zero
 
 
-@kernel(parallel=False)
+@kernel()
 def add_row_sums(db, gf, P, n, first):
     """db[co] (+)= the sum of gf[co * P:co * P + n] (the bias gradient of a group's rows);
     overwrites when first."""
@@ -48,9 +49,9 @@ def add_row_sums(db, gf, P, n, first):
         db[co] = s if first else db[co] + s
 
 
-@kernel(parallel=False)
+@kernel()
 def parts_rows(R):
-    """Rows (co, a) of R elements per prange iteration of sum_parts: about 256 elements (short
+    """Rows (co, a) of R elements per parallel block of sum_parts: about 256 elements (short
     rows alone kept the vector loop from paying: LeNet's 6 -> 16 layer, rows of 30, ran 2.5x
     slower than in 256-element blocks)."""
     return max(1, 256 // R)
@@ -68,35 +69,46 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
     db_parts: (P, Co). Row 0 of dw_parts is the accumulator (overwritten).
     """
     Co, A, B, C = shape
+    R = B * C
+    G = parts_rows(R)
+    n_blocks = -(-(Co * A) // G)
+    # disjoint blocks of G rows (co, a); the last one: db
+    args = (dw, db, dw_parts, db_parts, shape, strides)
+    parallel_blocks(n_blocks + 1, sum_parts_part, args)
+
+
+@kernel()
+def sum_parts_part(blk, dw, db, dw_parts, db_parts, shape, strides):
+    """Part ``blk`` of sum_parts: one iteration of its parallel loop."""
+    Co, A, B, C = shape
     s0, s1, s2, s3 = strides
     P = dw_parts.shape[0]
     R = B * C
     G = parts_rows(R)
     n_blocks = -(-(Co * A) // G)
-    for blk in prange(n_blocks + 1):  # disjoint blocks of G rows (co, a); the last one: db
-        if blk == n_blocks:
-            for co in range(Co):
-                s = db_parts[0, co]
-                for p in range(1, P):
-                    s += db_parts[p, co]
-                db[co] = s
-        else:
-            t0 = blk * G
-            t1 = min(Co * A, t0 + G)
-            acc = dw_parts[0, t0 * R:t1 * R]
+    if blk == n_blocks:
+        for co in range(Co):
+            s = db_parts[0, co]
             for p in range(1, P):
-                src = dw_parts[p, t0 * R:t1 * R]
-                for i in range((t1 - t0) * R):
-                    acc[i] += src[i]
-            for t in range(t0, t1):
-                d0 = (t // A) * s0 + (t % A) * s1
-                r0 = (t - t0) * R
-                for b in range(B):
-                    for c in range(C):
-                        dw[d0 + b * s2 + c * s3] = acc[r0 + b * C + c]
+                s += db_parts[p, co]
+            db[co] = s
+    else:
+        t0 = blk * G
+        t1 = min(Co * A, t0 + G)
+        acc = dw_parts[0, t0 * R:t1 * R]
+        for p in range(1, P):
+            src = dw_parts[p, t0 * R:t1 * R]
+            for i in range((t1 - t0) * R):
+                acc[i] += src[i]
+        for t in range(t0, t1):
+            d0 = (t // A) * s0 + (t % A) * s1
+            r0 = (t - t0) * R
+            for b in range(B):
+                for c in range(C):
+                    dw[d0 + b * s2 + c * s3] = acc[r0 + b * C + c]
 
 
-@kernel(parallel=False)
+@kernel()
 def _bits_diff(seen, at, a):
     """The OR of seen[at:at + a.size] ^ the bits of a (contiguous float32)."""
     n = a.size
@@ -107,7 +119,7 @@ def _bits_diff(seen, at, a):
     return diff
 
 
-@kernel(parallel=False)
+@kernel()
 def _bits_copy(seen, at, a):
     """seen[at:at + a.size] = the bits of a (contiguous float32)."""
     n = a.size
@@ -116,7 +128,7 @@ def _bits_copy(seen, at, a):
         seen[at + i] = bits[i]
 
 
-@kernel(parallel=False)
+@kernel()
 def unchanged(seen, w):
     """Whether the bits of w (contiguous, any shape) are those that ``seen`` recorded; if not,
     records them. seen: int32, w.size + 1: the bits and, last, 1 once it holds a record (0 or
@@ -131,7 +143,7 @@ def unchanged(seen, w):
     return False
 
 
-@kernel(parallel=False)
+@kernel()
 def unchanged_many(seen, a, b, c, d, e, f):
     """unchanged for six arrays at once: their bits one after another in seen (int32, the six
     sizes + 1; the last element 1 once it holds a record). The BatchNorm fold's inputs."""
@@ -155,7 +167,7 @@ def unchanged_many(seen, a, b, c, d, e, f):
     return False
 
 
-@kernel(parallel=False)
+@kernel()
 def same_version(seen, version):
     """Whether a packing made from weights whose writer counts its writes in version[0] (the
     BatchNorm fold) is current: seen (int32 (2,)) holds the count it was made at and, last, 1 once
@@ -191,7 +203,7 @@ def _move16(typingctx, d, di, s, si):
     return sig, codegen
 
 
-@kernel(parallel=False)
+@kernel()
 def copy_run(d, di, s, si, n):
     """d[di:di + n] = s[si:si + n] for float32 arrays d and s (not overlapping; offsets and n
     unsigned). LLVM vectorises a loop over 30 floats not at all (its vector loop takes 64 at a time),
@@ -230,7 +242,7 @@ def _add16(typingctx, d, di, s, si):
     return sig, codegen
 
 
-@kernel(parallel=False)
+@kernel()
 def add_run(d, di, s, si, n):
     """d[di:di + n] += s[si:si + n] for float32 arrays d and s (not overlapping; offsets and n
     unsigned): 16 at a time (_add16), the rest one by one."""
@@ -344,7 +356,7 @@ def transpose16_bias(typingctx, d, de, do, ds, s, si, ss, b, bi, relu):
     return types.void(d, de, do, ds, s, si, ss, b, bi, relu), _transposer(True)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def gather_channels(d, di, xf, C, HW, si):
     """d[di:di + C] = the C channels of one position of a (C, H, W) plane read flat as xf, the
     position at si in channel 0 (C divisible by 16): a channel-last copy, 16 channels a gather."""

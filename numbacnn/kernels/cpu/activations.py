@@ -1,31 +1,31 @@
 """Elementwise activations and the sum of two arrays (residual blocks) on flat float32 arrays,
 forward and backward.
 
-Each prange iteration handles one block through slices indexed from 0 (see optim.py: a computed
+Each parallel block handles one block through slices indexed from 0 (see optim.py: a computed
 offset kept the loops from vectorising). An array of one block runs without a parallel region: opening
 one costs about 1.3 us more than the block itself at batch-1 sizes. The forwards' blocks are
 functions of their own (``X_blocks`` counts them, ``X_block(i, ...)`` runs block i) so that an
 inference program can run them in its own parallel region (backend/team.py)."""
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 _BLOCK = 8192
 
 
-@kernel(parallel=False)
+@kernel()
 def blocks(M):
     """Blocks of _BLOCK elements in an array of M (at least one)."""
     return max(1, (M + _BLOCK - 1) // _BLOCK)
 
 
-@kernel(parallel=False)
+@kernel()
 def relu_forward_blocks(y, x):
     return blocks(y.shape[0])
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def relu_forward_block(i, y, x):
     """Block i of relu_forward: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
     lo = i * _BLOCK
@@ -36,15 +36,12 @@ def relu_forward_block(i, y, x):
 @kernel(fastmath=False)
 def relu_forward(y, x):
     """y = max(x, 0) (NaN propagates). y, x: (M,) flat."""
-    n = relu_forward_blocks(y, x)
-    if n == 1:
-        relu_forward_block(np.int64(0), y, x)
-        return
-    for i in prange(n):  # disjoint element ranges
-        relu_forward_block(np.int64(i), y, x)
+    # disjoint element ranges
+    args = (y, x)
+    parallel_blocks(relu_forward_blocks(*args), relu_forward_block, args)
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _relu_block(ys, xs):
     for i in range(xs.shape[0]):
         v = xs[i]
@@ -58,13 +55,21 @@ def relu_backward(dx, dy, y):
     if M <= _BLOCK:
         _relu_grad_block(dx, dy, y)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _relu_grad_block(dx[lo:hi], dy[lo:hi], y[lo:hi])
+    # disjoint element ranges
+    args = (dx, dy, y)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, relu_backward_part, args)
 
 
-@kernel(parallel=False)
+@kernel()
+def relu_backward_part(blk, dx, dy, y):
+    """Part ``blk`` of relu_backward: one iteration of its parallel loop."""
+    M = y.shape[0]
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    _relu_grad_block(dx[lo:hi], dy[lo:hi], y[lo:hi])
+
+
+@kernel()
 def _relu_grad_block(dxs, dys, ys):
     for i in range(ys.shape[0]):
         dxs[i] = dys[i] if ys[i] > np.float32(0.0) else np.float32(0.0)
@@ -81,20 +86,17 @@ def tanh_forward(y, x):
     (benchmarks/fit_tanh.py); evaluated in float32 the error is at most 5.4 ulp (3.2e-7) on
     [-12, 12], and odd symmetry, |tanh| <= 1, tanh(+-0) = +-0, +-inf -> +-1 and NaN -> NaN hold exactly.
     """
-    n = tanh_forward_blocks(y, x)
-    if n == 1:
-        tanh_forward_block(np.int64(0), y, x)
-        return
-    for i in prange(n):  # disjoint element ranges
-        tanh_forward_block(np.int64(i), y, x)
+    # disjoint element ranges
+    args = (y, x)
+    parallel_blocks(tanh_forward_blocks(*args), tanh_forward_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def tanh_forward_blocks(y, x):
     return blocks(y.shape[0])
 
 
-@kernel(parallel=False)
+@kernel()
 def tanh_forward_block(i, y, x):
     """Block i of tanh_forward: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
     lo = i * _BLOCK
@@ -102,7 +104,7 @@ def tanh_forward_block(i, y, x):
     _tanh_block(y[lo:hi], x[lo:hi])
 
 
-@kernel(parallel=False, float_division=True)
+@kernel(float_division=True)
 def _tanh_block(ys, xs):
     c = np.float32(9.0)
     one = np.float32(1.0)
@@ -131,13 +133,21 @@ def tanh_backward(dx, dy, y):
     if M <= _BLOCK:
         _tanh_grad_block(dx, dy, y)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _tanh_grad_block(dx[lo:hi], dy[lo:hi], y[lo:hi])
+    # disjoint element ranges
+    args = (dx, dy, y)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, tanh_backward_part, args)
 
 
-@kernel(parallel=False)
+@kernel()
+def tanh_backward_part(blk, dx, dy, y):
+    """Part ``blk`` of tanh_backward: one iteration of its parallel loop."""
+    M = y.shape[0]
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    _tanh_grad_block(dx[lo:hi], dy[lo:hi], y[lo:hi])
+
+
+@kernel()
 def _tanh_grad_block(dxs, dys, ys):
     one = np.float32(1.0)
     for i in range(ys.shape[0]):
@@ -149,20 +159,17 @@ def add(y, a, b, relu):
     """y = a + b (a residual block's output, and the sum of its two paths' input gradients); with
     relu, max(a + b, 0) (NaN stays NaN): the ReLU after a residual block, one pass over memory
     fewer. (M,) flat."""
-    n = add_blocks(y, a, b, relu)
-    if n == 1:
-        add_block(np.int64(0), y, a, b, relu)
-        return
-    for i in prange(n):  # disjoint element ranges
-        add_block(np.int64(i), y, a, b, relu)
+    # disjoint element ranges
+    args = (y, a, b, relu)
+    parallel_blocks(add_blocks(*args), add_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def add_blocks(y, a, b, relu):
     return blocks(y.shape[0])
 
 
-@kernel(parallel=False)
+@kernel()
 def add_block(i, y, a, b, relu):
     """Block i of add: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
     lo = i * _BLOCK
@@ -170,7 +177,7 @@ def add_block(i, y, a, b, relu):
     _add_block(y[lo:hi], a[lo:hi], b[lo:hi], relu)
 
 
-@kernel(parallel=False)
+@kernel()
 def _add_block(ys, as_, bs, relu):
     zero = np.float32(0.0)
     if relu:
@@ -195,10 +202,18 @@ def gelu_forward(y, x, tanh_form):
     if M <= _BLOCK:
         _gelu_block(y, x, tanh_form)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _gelu_block(y[lo:hi], x[lo:hi], tanh_form)
+    # disjoint element ranges
+    args = (y, x, tanh_form)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, gelu_forward_part, args)
+
+
+@kernel()
+def gelu_forward_part(blk, y, x, tanh_form):
+    """Part ``blk`` of gelu_forward: one iteration of its parallel loop."""
+    M = y.shape[0]
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    _gelu_block(y[lo:hi], x[lo:hi], tanh_form)
 
 
 @kernel()
@@ -210,13 +225,21 @@ def gelu_backward(dx, dy, x, tanh_form):
     if M <= _BLOCK:
         _gelu_grad_block(dx, dy, x, tanh_form)
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        _gelu_grad_block(dx[lo:hi], dy[lo:hi], x[lo:hi], tanh_form)
+    # disjoint element ranges
+    args = (dx, dy, x, tanh_form)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, gelu_backward_part, args)
 
 
-@kernel(parallel=False, inline=True, float_division=True)
+@kernel()
+def gelu_backward_part(blk, dx, dy, x, tanh_form):
+    """Part ``blk`` of gelu_backward: one iteration of its parallel loop."""
+    M = x.shape[0]
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    _gelu_grad_block(dx[lo:hi], dy[lo:hi], x[lo:hi], tanh_form)
+
+
+@kernel(inline=True, float_division=True)
 def _erf_parts(z):
     """(erf(z), erf'(z)) of the rational erf at z: beyond [-4, 4] exactly +-1 (so that GELU is
     exactly 0 for large negative x, not -x times the fit's residue) and erf' 0."""
@@ -244,7 +267,7 @@ def _erf_parts(z):
     return t * np.float32(0.25), np.float32(0.0)  # +-1 (NaN stays NaN)
 
 
-@kernel(parallel=False, inline=True, float_division=True)
+@kernel(inline=True, float_division=True)
 def _tanh32(t):
     """The Tanh layer's rational tanh (see tanh_forward) of one value."""
     c = np.float32(9.0)
@@ -262,7 +285,7 @@ def _tanh32(t):
     return r if not r < -one else -one
 
 
-@kernel(parallel=False, float_division=True)
+@kernel(float_division=True)
 def _gelu_block(ys, xs, tanh_form):
     half, one = np.float32(0.5), np.float32(1.0)
     if tanh_form:
@@ -278,7 +301,7 @@ def _gelu_block(ys, xs, tanh_form):
             ys[i] = half * v * (one + e)
 
 
-@kernel(parallel=False, float_division=True)
+@kernel(float_division=True)
 def _gelu_grad_block(dxs, dys, xs, tanh_form):
     half, one, zero = np.float32(0.5), np.float32(1.0), np.float32(0.0)
     if tanh_form:
@@ -306,9 +329,18 @@ def scale(y, x, a):
         for i in range(M):
             y[i] = a32 * x[i]
         return
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        ys, xs = y[lo:hi], x[lo:hi]
-        for i in range(hi - lo):
-            ys[i] = a32 * xs[i]
+    # disjoint element ranges
+    args = (y, x, a)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, scale_part, args)
+
+
+@kernel()
+def scale_part(blk, y, x, a):
+    """Part ``blk`` of scale: one iteration of its parallel loop."""
+    M = y.shape[0]
+    a32 = np.float32(a)
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    ys, xs = y[lo:hi], x[lo:hi]
+    for i in range(hi - lo):
+        ys[i] = a32 * xs[i]

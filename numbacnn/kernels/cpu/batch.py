@@ -2,22 +2,29 @@
 shifted and flipped: data augmentation), and strided 4-D copies (the weight layouts of the
 "positions" convolution plan)."""
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 
 @kernel(fastmath=False)
 def gather_batch(out, labels, x, y, idx):
     """out[i] = x[idx[i]] and labels[i] = y[idx[i]] for every row i: a mini-batch.
     out: (B, F); labels: (B,); x: (N, F); y: (N,); idx: (B,) integers in [0, N)."""
+    # each iteration writes its own row
+    args = (out, labels, x, y, idx)
+    parallel_blocks(out.shape[0], gather_batch_part, args)
+
+
+@kernel(fastmath=False)
+def gather_batch_part(i, out, labels, x, y, idx):
+    """Part ``i`` of gather_batch: one iteration of its parallel loop."""
     F = out.shape[1]
-    for i in prange(out.shape[0]):  # each iteration writes its own row
-        src = x[idx[i]]
-        dst = out[i]
-        for j in range(F):
-            dst[j] = src[j]
-        labels[i] = y[idx[i]]
+    src = x[idx[i]]
+    dst = out[i]
+    for j in range(F):
+        dst[j] = src[j]
+    labels[i] = y[idx[i]]
 
 
 @kernel(fastmath=False)
@@ -28,48 +35,64 @@ def gather_augment(out, labels, x, y, idx, shifts, flips, reflect):
     left-right where flips[i]; labels[i] = y[idx[i]]. out: (B, C, H, W); x: (N, C, H, W);
     shifts: (B, 2) int64 with |dy| < H, |dx| < W; flips: (B,) bool; idx: (B,) integers in [0, N)."""
     B, C, H, W = out.shape
+    # each iteration writes its own example
+    args = (out, labels, x, y, idx, shifts, flips, reflect)
+    parallel_blocks(B, gather_augment_part, args)
+
+
+@kernel(fastmath=False)
+def gather_augment_part(i, out, labels, x, y, idx, shifts, flips, reflect):
+    """Part ``i`` of gather_augment: one iteration of its parallel loop."""
+    B, C, H, W = out.shape
     zero = np.float32(0.0)
-    for i in prange(B):  # each iteration writes its own example
-        src = x[idx[i]]
-        dst = out[i]
-        sy, sx = shifts[i, 0], shifts[i, 1]
-        flip = flips[i]
-        for c in range(C):
-            for r in range(H):
-                row = dst[c, r]
-                rs = r - sy
-                if reflect:
-                    rs = -rs if rs < 0 else (2 * H - 2 - rs if rs >= H else rs)
-                elif rs < 0 or rs >= H:
-                    for q in range(W):
-                        row[q] = zero
-                    continue
-                srow = src[c, rs]
+    src = x[idx[i]]
+    dst = out[i]
+    sy, sx = shifts[i, 0], shifts[i, 1]
+    flip = flips[i]
+    for c in range(C):
+        for r in range(H):
+            row = dst[c, r]
+            rs = r - sy
+            if reflect:
+                rs = -rs if rs < 0 else (2 * H - 2 - rs if rs >= H else rs)
+            elif rs < 0 or rs >= H:
                 for q in range(W):
-                    qs = (W - 1 - q if flip else q) - sx
-                    if reflect:
-                        qs = -qs if qs < 0 else (2 * W - 2 - qs if qs >= W else qs)
-                        row[q] = srow[qs]
-                    else:
-                        row[q] = srow[qs] if 0 <= qs < W else zero
-        labels[i] = y[idx[i]]
+                    row[q] = zero
+                continue
+            srow = src[c, rs]
+            for q in range(W):
+                qs = (W - 1 - q if flip else q) - sx
+                if reflect:
+                    qs = -qs if qs < 0 else (2 * W - 2 - qs if qs >= W else qs)
+                    row[q] = srow[qs]
+                else:
+                    row[q] = srow[qs] if 0 <= qs < W else zero
+    labels[i] = y[idx[i]]
 
 
 @kernel(fastmath=False)
 def copy_strided(dst, src):
     """dst[...] = src for 4-D arrays of one shape; src may be any strided view (a transpose)."""
     A, B, C, D = dst.shape
-    for ab in prange(A * B):  # each iteration writes its own slab (a, b)
-        a = ab // B
-        b = ab % B
-        for c in range(C):
-            d = dst[a, b, c]
-            s = src[a, b, c]
-            for k in range(D):
-                d[k] = s[k]
+    # each iteration writes its own slab (a, b)
+    args = (dst, src)
+    parallel_blocks(A * B, copy_strided_part, args)
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
+def copy_strided_part(ab, dst, src):
+    """Part ``ab`` of copy_strided: one iteration of its parallel loop."""
+    A, B, C, D = dst.shape
+    a = ab // B
+    b = ab % B
+    for c in range(C):
+        d = dst[a, b, c]
+        s = src[a, b, c]
+        for k in range(D):
+            d[k] = s[k]
+
+
+@kernel(fastmath=False)
 def step_stats(out, losses, logits, y):
     """out[0] = the mean of losses (summed in order), out[1] = the number of rows whose first
     largest logit is at the label: a step's summary in one call. out: (2,) float64; losses: (B,)

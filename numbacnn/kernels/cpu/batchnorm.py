@@ -1,12 +1,12 @@
 """Batch normalisation of (N, C, S) float32 (S = H*W for BatchNorm2D, 1 for BatchNorm1D), forward in
 training and evaluation mode and backward, optionally with the ReLU that follows applied in place.
 
-One prange iteration per channel sums that channel's values in float64 in one fixed order (per
+One parallel block per channel sums that channel's values in float64 in one fixed order (per
 example, then across examples), so the statistics do not depend on the thread count."""
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from ._util import unchanged_many
 
 
@@ -21,52 +21,59 @@ def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batc
     weight, bias: (C,). ``relu``: y = max(., 0) as well. Needs N * S >= 2.
     """
     N, C, S = x.shape
-    M = N * S
-    for c in prange(C):  # one channel per iteration: disjoint outputs
-        total = 0.0
-        for n in range(N):
-            xs = x[n, c]
-            part = 0.0
-            for i in range(S):
-                part += np.float64(xs[i])
-            total += part
-        mu = total / M
-        sq = 0.0
-        for n in range(N):
-            xs = x[n, c]
-            part = 0.0
-            for i in range(S):
-                d = np.float64(xs[i]) - mu
-                part += d * d
-            sq += part
-        var = sq / M
-        inv = 1.0 / np.sqrt(var + eps)
-        mean[c] = np.float32(mu)
-        invstd[c] = np.float32(inv)
-        running_mean[c] = np.float32((1.0 - momentum) * running_mean[c] + momentum * mu)
-        running_var[c] = np.float32((1.0 - momentum) * running_var[c] + momentum * var * M / (M - 1))
-        a = np.float32(weight[c] * inv)
-        b = np.float32(bias[c] - mu * weight[c] * inv)
-        _affine(y, x, c, a, b, relu)
+    # one channel per iteration: disjoint outputs
+    args = (y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias, eps, momentum, relu)
+    parallel_blocks(C, batchnorm_forward_train_part, args)
     num_batches[0] += 1
+
+
+@kernel()
+def batchnorm_forward_train_part(c, y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
+                                 eps, momentum, relu):
+    """Part ``c`` of batchnorm_forward_train: one iteration of its parallel loop."""
+    N, C, S = x.shape
+    M = N * S
+    total = 0.0
+    for n in range(N):
+        xs = x[n, c]
+        part = 0.0
+        for i in range(S):
+            part += np.float64(xs[i])
+        total += part
+    mu = total / M
+    sq = 0.0
+    for n in range(N):
+        xs = x[n, c]
+        part = 0.0
+        for i in range(S):
+            d = np.float64(xs[i]) - mu
+            part += d * d
+        sq += part
+    var = sq / M
+    inv = 1.0 / np.sqrt(var + eps)
+    mean[c] = np.float32(mu)
+    invstd[c] = np.float32(inv)
+    running_mean[c] = np.float32((1.0 - momentum) * running_mean[c] + momentum * mu)
+    running_var[c] = np.float32((1.0 - momentum) * running_var[c] + momentum * var * M / (M - 1))
+    a = np.float32(weight[c] * inv)
+    b = np.float32(bias[c] - mu * weight[c] * inv)
+    _affine(y, x, c, a, b, relu)
 
 
 @kernel()
 def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
     """Normalise with the running statistics (evaluation mode). mean, invstd: (C,) float32, the
     statistics used, kept for an inference-mode backward. Shapes as in the training forward."""
-    for c in prange(batchnorm_forward_eval_blocks(y, mean, invstd, x, running_mean, running_var, weight,
-                                                  bias, eps, relu)):  # one channel per iteration
-        batchnorm_forward_eval_block(np.int64(c), y, mean, invstd, x, running_mean, running_var, weight,
-                                     bias, eps, relu)
+    args = (y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu)
+    parallel_blocks(batchnorm_forward_eval_blocks(*args), batchnorm_forward_eval_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def batchnorm_forward_eval_blocks(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
     return x.shape[1]
 
 
-@kernel(parallel=False)
+@kernel()
 def batchnorm_forward_eval_block(c, y, mean, invstd, x, running_mean, running_var, weight, bias, eps,
                                  relu):
     """Channel c of batchnorm_forward_eval."""
@@ -78,7 +85,7 @@ def batchnorm_forward_eval_block(c, y, mean, invstd, x, running_mean, running_va
     _affine(y, x, c, a, b, relu)
 
 
-@kernel(parallel=False)
+@kernel()
 def _affine(y, x, c, a, b, relu):
     """y[:, c] = a * x[:, c] + b, then max(., 0) when ``relu``."""
     zero = np.float32(0.0)
@@ -100,39 +107,48 @@ def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu,
     enters dx; else they were constants (evaluation). dx, dy, x, y: (N, C, S); dweight, dbias,
     mean, invstd, weight: (C,). dx is written only when ``need_dx``."""
     N, C, S = x.shape
+    # one channel per iteration: disjoint outputs
+    args = (dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx)
+    parallel_blocks(C, batchnorm_backward_part, args)
+
+
+@kernel()
+def batchnorm_backward_part(c, dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
+                            need_dx):
+    """Part ``c`` of batchnorm_backward: one iteration of its parallel loop."""
+    N, C, S = x.shape
     M = N * S
     zero = np.float32(0.0)
-    for c in prange(C):  # one channel per iteration: disjoint outputs
-        mu = mean[c]
-        g_sum = 0.0
-        gx_sum = 0.0  # sum of g * (x - mean)
-        for n in range(N):
-            xs, ys, gs = x[n, c], y[n, c], dy[n, c]
-            part, partx = 0.0, 0.0
-            for i in range(S):
-                g = gs[i]
-                if relu and not ys[i] > zero:
-                    g = zero
-                part += np.float64(g)
-                partx += np.float64(g) * np.float64(xs[i] - mu)
-            g_sum += part
-            gx_sum += partx
-        inv = np.float64(invstd[c])
-        dbias[c] = np.float32(g_sum)
-        dweight[c] = np.float32(gx_sum * inv)
-        if not need_dx:
-            continue
-        a = np.float32(weight[c] * inv)
-        b1 = np.float32(g_sum / M) if batch_stats else zero
-        b2 = np.float32(inv * inv * gx_sum / M) if batch_stats else zero
-        _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu)
+    mu = mean[c]
+    g_sum = 0.0
+    gx_sum = 0.0  # sum of g * (x - mean)
+    for n in range(N):
+        xs, ys, gs = x[n, c], y[n, c], dy[n, c]
+        part, partx = 0.0, 0.0
+        for i in range(S):
+            g = gs[i]
+            if relu and not ys[i] > zero:
+                g = zero
+            part += np.float64(g)
+            partx += np.float64(g) * np.float64(xs[i] - mu)
+        g_sum += part
+        gx_sum += partx
+    inv = np.float64(invstd[c])
+    dbias[c] = np.float32(g_sum)
+    dweight[c] = np.float32(gx_sum * inv)
+    if not need_dx:
+        return
+    a = np.float32(weight[c] * inv)
+    b1 = np.float32(g_sum / M) if batch_stats else zero
+    b2 = np.float32(inv * inv * gx_sum / M) if batch_stats else zero
+    _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu)
 
 
 # Without fast-math: with 'reassoc', a fresh compile regrouped the input gradient's terms and
 # the code that numba's disk cache (and the prebuilt kernels) hand back did not, so the first run
 # of a seed on a machine compiling its kernels trained to other bits than every later run
 # (tests/test_network.py checks it). An elementwise loop vectorises without fast-math.
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu):
     """dx[:, c] = a * (g - b1 - (x[:, c] - mu) * b2), g = dy[:, c] masked where y <= 0 when relu
     (one call per channel: not inlined, so that the caller's fast-math stays out)."""
@@ -166,24 +182,19 @@ def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps, s
     write). version: (1,) int32, incremented on every fold that writes (empty: none), so that the
     packings of wf (Winograd's transforms, the transposed filters) compare a count, not wf's bits
     (_util.same_version)."""
-    n = batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
-    if n == 1:
-        batchnorm_fold_block(np.int64(0), wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen,
-                             version)
-        return
-    for c in prange(n):  # one output channel per iteration
-        batchnorm_fold_block(np.int64(c), wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen,
-                             version)
+    # one output channel per iteration
+    args = (wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version)
+    parallel_blocks(batchnorm_fold_blocks(*args), batchnorm_fold_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def batchnorm_fold_blocks(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """1 (every channel in one block) up to FOLD_SERIAL weights, else one block per channel."""
     Co, K = w.shape
     return 1 if Co * K <= FOLD_SERIAL else Co
 
 
-@kernel(parallel=False)
+@kernel()
 def batchnorm_fold_block(i, wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """Block i of batchnorm_fold (batchnorm_fold_blocks): every channel, or channel i. The
     channel loop is written out here: through an inlined helper per channel it ran 2.7x slower

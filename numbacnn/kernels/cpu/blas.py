@@ -2,7 +2,7 @@
 dimensions and offsets, which ``np.dot`` inside njit does not offer (no strided operands, no beta).
 
 It calls the Fortran ``sgemm`` of the OpenBLAS that scipy ships (``scipy.linalg.cython_blas``, the
-same library numba's own ``np.dot`` uses). The kernels call it from inside ``prange`` loops, so that
+same library numba's own ``np.dot`` uses). The kernels call it from inside parallel blocks, so that
 library is pinned to one thread when this module is imported (see ``_config.single_thread_kernel_blas``).
 The function is bound by symbol name (``llvmlite.binding.add_symbol``), not by address, so kernels
 that call it can still be cached on disk: the name is resolved again in every process.

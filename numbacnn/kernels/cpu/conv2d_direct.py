@@ -15,13 +15,13 @@ import numpy as np
 from ..._config import kernel
 
 
-@kernel(parallel=False)
+@kernel()
 def _pair(co, Co):
     """The second channel of the pass starting at co: co + 1, or co itself for an odd last one."""
     return co + 1 if co + 1 < Co else co
 
 
-@kernel(parallel=False)
+@kernel()
 def direct_rows(yf, P, xf, wf, Co, C, plane, KH, KW, Wp, L):
     """yf[co * P + j] = output j of channel co (no bias), for co < Co and j < L.
 
@@ -75,7 +75,7 @@ def direct_rows(yf, P, xf, wf, Co, C, plane, KH, KW, Wp, L):
                     kx += 1
 
 
-@kernel(parallel=False)
+@kernel()
 def _quad3x3(yf, P, xf, wf, co, C, plane, Wp, L):
     """direct_rows for the 4 channels co .. co + 3 of a 3x3 filter: a pass per input channel keeps
     the 4 x 9 weights in registers and reads each input value once for all of them (the first pass
@@ -126,7 +126,7 @@ def _quad3x3(yf, P, xf, wf, co, C, plane, Wp, L):
                           + d5 * x5 + d6 * x6 + d7 * x7 + d8 * x8)
 
 
-@kernel(parallel=False)
+@kernel()
 def direct_weight_grad(dwf, gf, P, xf, Co, C, plane, KH, KW, Wp, L, first):
     """dwf[co, (c, ky, kx)] (+)= sum over j < L of gf[co * P + j] * xf[c * plane + ky * Wp + kx + j]:
     one example's weight gradient (overwritten when first, else accumulated).
@@ -155,7 +155,7 @@ def direct_weight_grad(dwf, gf, P, xf, Co, C, plane, KH, KW, Wp, L, first):
                     kx += n
 
 
-@kernel(parallel=False)
+@kernel()
 def _tap_sums(ga, gb, xs, L, n):
     """The dot products of ga and gb (L floats) with xs shifted by 0..n-1 (n = 5, 3 or 1):
     (a0..a4, b0..b4), unused taps zero."""

@@ -6,16 +6,16 @@ Weight gradients are accumulated per chunk of examples and reduced in chunk orde
 """
 import numba
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from ._conv_epilogue import bias_relu
 from ._util import add_row_sums, conv_out, part_bounds, zero_parts
 from .blas import sgemm
 from .microkernel import gemm_blocks
 
 
-@kernel(parallel=False)
+@kernel()
 def _out_range(k, P, S, in_size, out_size):
     """Output positions o whose input index o*S + k - P lies inside [0, in_size)."""
     lo = max(0, -((k - P) // S))
@@ -23,7 +23,7 @@ def _out_range(k, P, S, in_size, out_size):
     return lo, max(lo, hi)
 
 
-@kernel(parallel=False)
+@kernel()
 def _strided_run(d, di, s, si, step, n):
     """d[di + i] = s[si + i * step] for i < n (offsets unsigned: signed ones make numba check
     every index for wraparound, 2-3x slower on resnet8's 1x1 stride-2 shortcuts)."""
@@ -31,7 +31,7 @@ def _strided_run(d, di, s, si, step, n):
         d[di + i] = s[si + i * step]
 
 
-@kernel(parallel=False)
+@kernel()
 def im2col(cols, x, KH, KW, SH, SW, PH, PW):
     """cols[(c, ky, kx), (oy, ox)] = x[c, oy*SH + ky - PH, ox*SW + kx - PW], zero where padded.
 
@@ -65,7 +65,7 @@ def im2col(cols, x, KH, KW, SH, SW, PH, PW):
                         cf[d + ox] = zero
 
 
-@kernel(parallel=False)
+@kernel()
 def col2im(dx, dcols, KH, KW, SH, SW, PH, PW):
     """dx[c, iy, ix] = sum of dcols entries that im2col copied from (c, iy, ix); the adjoint of im2col.
 
@@ -97,16 +97,16 @@ def conv2d_forward_gemm(out, cols, x, w, b, SH, SW, PH, PW, relu):
 
     out: (N, Co, OH, OW); cols: (N, Ci*KH*KW, OH*OW); x: (N, Ci, H, W); w: (Co, Ci, KH, KW); b: (Co,).
     """
-    for n in prange(conv2d_forward_gemm_blocks(out, cols, x, w, b, SH, SW, PH, PW, relu)):
-        conv2d_forward_gemm_block(np.int64(n), out, cols, x, w, b, SH, SW, PH, PW, relu)  # out[n], cols[n]
+    args = (out, cols, x, w, b, SH, SW, PH, PW, relu)
+    parallel_blocks(conv2d_forward_gemm_blocks(*args), conv2d_forward_gemm_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_gemm_blocks(out, cols, x, w, b, SH, SW, PH, PW, relu):
     return x.shape[0]
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu):
     """Example n of conv2d_forward_gemm: writes only out[n] and cols[n]."""
     Co, Ci, KH, KW = w.shape
@@ -136,6 +136,16 @@ def conv2d_backward_gemm(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y,
     g_tmp: (P, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
     cache (N, Ci*KH*KW, OH*OW).
     """
+    P = dw_parts.shape[0]
+    # each part writes its own gradient parts, workspaces and dx[n]
+    args = (dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW, need_dx, relu)
+    parallel_blocks(P, conv2d_backward_gemm_part, args)
+
+
+@kernel()
+def conv2d_backward_gemm_part(c, dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
+                              need_dx, relu):
+    """Part ``c`` of conv2d_backward_gemm: one iteration of its parallel loop."""
     N = dout.shape[0]
     Co, Ci, KH, KW = w.shape
     OHW = dout.shape[2] * dout.shape[3]
@@ -143,27 +153,26 @@ def conv2d_backward_gemm(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y,
     wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
     P = dw_parts.shape[0]
-    for c in prange(P):  # each part writes its own gradient parts, workspaces and dx[n]
-        acc = dw_parts[c]
-        dbc = db_parts[c]
-        zero_parts(acc, dbc)
-        n0, n1 = part_bounds(N, P, c)
-        for n in range(n0, n1):
-            g = dout[n].reshape(Co, OHW)
-            if relu:
-                gm = g_tmp[c]
-                yn = y[n].reshape(Co, OHW)
-                for co in range(Co):
-                    for j in range(OHW):
-                        gm[co, j] = g[co, j] if yn[co, j] > zero else zero
-                g = gm
-            gf = g.reshape(Co * OHW)
-            add_row_sums(dbc, gf, OHW, OHW, False)
-            # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
-            sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
-                  0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)
-            if need_dx:
-                # dcols (ckk, OHW) = W.T (ckk, Co) @ g (Co, OHW)
-                sgemm(True, False, ckk, OHW, Co, np.float32(1.0), wf, 0, ckk, gf, 0, OHW,
-                      np.float32(0.0), dcols[c].reshape(ckk * OHW), 0, OHW)
-                col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)
+    acc = dw_parts[c]
+    dbc = db_parts[c]
+    zero_parts(acc, dbc)
+    n0, n1 = part_bounds(N, P, c)
+    for n in range(n0, n1):
+        g = dout[n].reshape(Co, OHW)
+        if relu:
+            gm = g_tmp[c]
+            yn = y[n].reshape(Co, OHW)
+            for co in range(Co):
+                for j in range(OHW):
+                    gm[co, j] = g[co, j] if yn[co, j] > zero else zero
+            g = gm
+        gf = g.reshape(Co * OHW)
+        add_row_sums(dbc, gf, OHW, OHW, False)
+        # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
+        sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
+              0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)
+        if need_dx:
+            # dcols (ckk, OHW) = W.T (ckk, Co) @ g (Co, OHW)
+            sgemm(True, False, ckk, OHW, Co, np.float32(1.0), wf, 0, ckk, gf, 0, OHW,
+                  np.float32(0.0), dcols[c].reshape(ckk * OHW), 0, OHW)
+            col2im(dx[n], dcols[c], KH, KW, SH, SW, PH, PW)

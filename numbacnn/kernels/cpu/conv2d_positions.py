@@ -17,13 +17,13 @@ ran 10-20 % faster in OpenBLAS than the channel-major ones (measured with 32 -> 
 As in conv2d_wide.py nothing is cached between forward and backward: the backward rebuilds the
 columns per group of examples. The weight gradient's GEMMs run on the FMA blocks
 (``microkernel.gemm_nn_add``: 2-3x OpenBLAS's speed where it has no small-matrix kernels, as fast
-where it has); the column paths' other GEMMs go through ``blas.sgemm``, single-threaded inside prange.
+where it has); the column paths' other GEMMs go through ``blas.sgemm``, one thread each.
 """
 import numba
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
 from ._util import (
     add_row_sums,
@@ -41,7 +41,7 @@ from .blas import sgemm
 from .microkernel import direct_positions, gemm_nn_add
 
 
-@kernel(parallel=False)
+@kernel()
 def position_filters(wt, w, seen, version):
     """wt (KH, KW, Ci, Co) = w (Co, Ci, KH, KW) transposed: the forward's GEMM operand, unless
     ``seen`` (_util.unchanged) records that wt was made from these very weights, or, with a
@@ -60,7 +60,7 @@ def position_filters(wt, w, seen, version):
                     wt[ky, kx, ci, co] = w[co, ci, ky, kx]
 
 
-@kernel(parallel=False)
+@kernel()
 def _transpose_padded(xtf, x, PH, PW, R0, R1):
     """xtf (flat ((R1 - R0) * Wp, C)) = rows R0 .. R1 - 1 of the zero-padded plane of x (C, H, W),
     transposed."""
@@ -68,7 +68,7 @@ def _transpose_padded(xtf, x, PH, PW, R0, R1):
     _transpose_planes(xtf, np.ascontiguousarray(x).reshape(C * H * W), H * W, 0, C, H, W, PH, PW, R0, R1)
 
 
-@kernel(parallel=False)
+@kernel()
 def _transpose_planes(xtf, xf, pitch, base, C, H, W, PH, PW, R0, R1):
     """_transpose_padded of the planes (H, W) that lie at xf[base + c * pitch:], c < C."""
     Wp = W + 2 * PW
@@ -99,7 +99,7 @@ def _transpose_planes(xtf, xf, pitch, base, C, H, W, PH, PW, R0, R1):
                 xtf[d0 + j * C] = src[j]
 
 
-@kernel(parallel=False)
+@kernel()
 def _position_runs(cf, xtf, Wp, OY0, OY1, OW, KH, C, ckk, SH, SW, adjoint):
     """The copies behind im2col (adjoint False: cf <- xtf) and col2im (True: xtf += cf)
     on position-major columns, for output rows OY0 .. OY1 - 1 (cf's row 0 is position (OY0, 0);
@@ -123,7 +123,7 @@ def _position_runs(cf, xtf, Wp, OY0, OY1, OW, KH, C, ckk, SH, SW, adjoint):
                     copy_run(cf, c1, xtf, x0, run)
 
 
-@kernel(parallel=False)
+@kernel()
 def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW, OY0, OY1):
     """Position-major columns cf[:L * ckk], (L, KH*KW*C) with L = (OY1 - OY0) * OW, of output rows
     OY0 .. OY1 - 1 of the example x (C, H, W); xtf (flat (Hp * Wp, C)) is a workspace for the
@@ -134,7 +134,7 @@ def _im2col_positions(cf, xtf, x, PH, PW, KH, KW, SH, SW, OY0, OY1):
     _position_runs(cf, xtf, Wp, OY0, OY1, conv_out(W, KW, SW, PW), KH, C, KH * KW * C, SH, SW, False)
 
 
-@kernel(parallel=False)
+@kernel()
 def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
     """dxn (C, H, W) = the adjoint of _im2col_positions applied to the columns dcf[:L * ckk]
     (overwritten, not accumulated); xtf: a (Hp * Wp, C) workspace."""
@@ -154,14 +154,14 @@ def _col2im_positions(dxn, dcf, xtf, PH, PW, KH, KW, SH, SW):
                 dst[j] = xtf[s0 + j * C]
 
 
-@kernel(parallel=False)
+@kernel()
 def _slot(ox, half):
     """Where position ox of an output row lies in its row: ox itself, or with half > 0 (the rows of
     conv2d_winograd.py: even columns first, then odd ones) (ox % 2) * half + ox // 2."""
     return ox if half == 0 else (ox & 1) * half + (ox >> 1)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _window_max(v0, v1, v2, v3, bias):
     """Inference's fused 2x2 pool of one channel (no argmax): the window's maximum plus the bias,
     then ReLU (the maximum of the ReLUs of v + bias: rounding is monotonic)."""
@@ -169,7 +169,7 @@ def _window_max(v0, v1, v2, v3, bias):
     return v if v > np.float32(0.0) else np.float32(0.0)
 
 
-@kernel(parallel=False)
+@kernel()
 def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too):
     """The forward's epilogue on position-major GEMM output ytf (flat (L, Co): the convolution at
     position oy * OW + _slot(ox, half), channel co): bias, ReLU when relu (NaN stays NaN), and
@@ -246,7 +246,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
         pool_scan(o[co], a[co], src, co, Co, OW, b[co], PKH, PKW)
 
 
-@kernel(parallel=False)
+@kernel()
 def _channel_rows(of, R, r0, OW, src, Co, P):
     """Rows r0 .. of of (flat (Co, R, OW)), P = their rows * OW floats of each channel (contiguous),
     from the channel-last src (flat (P, Co)): 16 x 16 register transposes (the last block of
@@ -259,7 +259,7 @@ def _channel_rows(of, R, r0, OW, src, Co, P):
             transpose16(of, d, d + R * OW, 2 * R * OW, src, p0 * Co + c0, Co)
 
 
-@kernel(parallel=False)
+@kernel()
 def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc):
     """Inference's fused 2x2 max pool (no argmax), bias and ReLU of the position-major ytf (read
     as _epilogue_positions reads it) into pooled rows r0 .. r0 + rows - 1 of the example's output
@@ -294,7 +294,7 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc):
     return True
 
 
-@kernel(parallel=False)
+@kernel()
 def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work, nhwc):
     """_epilogue_positions without a pool on the position-major ytf (rows of ``pitch`` positions,
     in the order _slot(ox, half) gives) into output rows r0 .. r0 + rows - 1 of the example's output of (flat
@@ -324,7 +324,7 @@ def rows_transposed(of, R, r0, ytf, b, pitch, half, rows, OW, relu, work, nhwc):
         _channel_rows(of, R, r0, OW, work, Co, rows * OW)
 
 
-@kernel(parallel=False)
+@kernel()
 def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
     """_epilogue_positions without a pool, for Co divisible by 16 and rows * OW >= 16: the
     (rows * OW, Co) block ytf transposed in 16 x 16 blocks into output rows r0 .. r0 + rows - 1 of
@@ -365,19 +365,17 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
     ((oy * SH) * Wp + ox * SW) * Ci: then no columns and no GEMM, the FMA blocks of
     microkernel.direct_positions read the transposed plane itself (cols unused).
     """
-    for i in prange(conv2d_forward_positions_blocks(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH,
-                                                    KW, relu, PKH, PKW, S, argmax_too, xo)):
-        conv2d_forward_positions_block(np.int64(i), out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW,
-                                       KH, KW, relu, PKH, PKW, S, argmax_too, xo)
+    args = (out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu, PKH, PKW, S, argmax_too, xo)
+    parallel_blocks(conv2d_forward_positions_blocks(*args), conv2d_forward_positions_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_positions_blocks(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
                                     PKH, PKW, S, argmax_too, xo):
     return x.shape[0] * S
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
                                    PKH, PKW, S, argmax_too, xo):
     """Block i of conv2d_forward_positions: its rows of out[n] (n = i // S), its thread's workspaces."""
@@ -438,6 +436,18 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     (wr[ky, kx, co, ci] = w[co, ci, KH - 1 - ky, KW - 1 - kx]); xo (H * W,) the offsets of the
     input positions in that plane; dxw (T, H * W * Ci) holds the channel-last result.
     """
+    P = dw_parts.shape[0]
+    # each part writes its own gradient parts and dx[n], in its thread's workspaces
+    args = (dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x, wk, y, argmax, SH, SW, PH, PW,
+            KH, KW, group, need_dx, relu, PKH, PKW, KB, MB, wr, gp, dxw, xo)
+    parallel_blocks(P, conv2d_backward_positions_part, args)
+
+
+@kernel()
+def conv2d_backward_positions_part(c, dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x, wk,
+                                   y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH, PKW, KB, MB,
+                                   wr, gp, dxw, xo):
+    """Part ``c`` of conv2d_backward_positions: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
     OH = conv_out(H, KH, SH, PH)
@@ -448,50 +458,49 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     wkf = wk.reshape(Co * ckk)
     zero = np.float32(0.0)
     P = dw_parts.shape[0]
-    for c in prange(P):  # each part writes its own gradient parts and dx[n]; workspaces are its
-        t = numba.get_thread_id()  # thread's
-        n0, n1 = part_bounds(N, P, c)
-        E = n1 - n0
-        gf = gw[t].reshape(Co * PG)
-        cf = cols[t].reshape(PG * ckk)
-        xtf = xt[t].reshape(xt.shape[1] * Ci)
-        dwf = dw_parts[c].reshape(Co * ckk)
-        dbc = db_parts[c]
-        for g0 in range(0, E, group):
-            G = min(group, E - g0)
+    t = numba.get_thread_id()  # the workspaces' row
+    n0, n1 = part_bounds(N, P, c)
+    E = n1 - n0
+    gf = gw[t].reshape(Co * PG)
+    cf = cols[t].reshape(PG * ckk)
+    xtf = xt[t].reshape(xt.shape[1] * Ci)
+    dwf = dw_parts[c].reshape(Co * ckk)
+    dbc = db_parts[c]
+    for g0 in range(0, E, group):
+        G = min(group, E - g0)
+        for e in range(G):
+            n = n0 + g0 + e
+            _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW, 0, OH)
+            grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
+                      gmask[t], gidx[t])
+        add_row_sums(dbc, gf, PG, G * L, g0 == 0)
+        # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk), KB positions at a time
+        for k0 in range(0, G * L, KB):
+            kn = min(KB, G * L - k0)
+            gemm_nn_add(dwf, 0, ckk, gf, k0, PG, cf, k0 * ckk, ckk, Co, ckk, kn, g0 == 0 and k0 == 0)
+        if need_dx and xo.shape[0] > 0:
+            QH, QW = KH - 1 - PH, KW - 1 - PW
+            gpf = gp[t]
+            dyf = dxw[t]
             for e in range(G):
-                n = n0 + g0 + e
-                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW, 0, OH)
-                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
-                          gmask[t], gidx[t])
-            add_row_sums(dbc, gf, PG, G * L, g0 == 0)
-            # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk), KB positions at a time
-            for k0 in range(0, G * L, KB):
-                kn = min(KB, G * L - k0)
-                gemm_nn_add(dwf, 0, ckk, gf, k0, PG, cf, k0 * ckk, ckk, Co, ckk, kn, g0 == 0 and k0 == 0)
-            if need_dx and xo.shape[0] > 0:
-                QH, QW = KH - 1 - PH, KW - 1 - PW
-                gpf = gp[t]
-                dyf = dxw[t]
-                for e in range(G):
-                    _transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH)
-                    direct_positions(dyf, gpf, xo, wr.reshape(KH * KW * Co * Ci), H * W, Ci, KH, KW * Co,
-                                     (OW + 2 * QW) * Co)
-                    dxn = dx[n0 + g0 + e]
-                    if H * W >= 16:
-                        _epilogue_rows(dxn.reshape(Ci * H * W), H, 0, dyf, dyf[:0], Ci, W, H, False)
-                    else:
-                        for ci in range(Ci):
-                            for i in range(H):
-                                row = dxn[ci, i]
-                                for j in range(W):
-                                    row[j] = dyf[(i * W + j) * Ci + ci]
-            elif need_dx:
-                # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk), MB rows at a time
-                dcf = dcols[t].reshape(PG * ckk)
-                for m0 in range(0, G * L, MB):
-                    sgemm(True, False, min(MB, G * L - m0), ckk, Co, np.float32(1.0), gf, m0, PG,
-                          wkf, 0, ckk, zero, dcf, m0 * ckk, ckk)
-                for e in range(G):
-                    _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW,
-                                      SH, SW)
+                _transpose_planes(gpf, gf, PG, e * L, Co, OH, OW, QH, QW, 0, OH + 2 * QH)
+                direct_positions(dyf, gpf, xo, wr.reshape(KH * KW * Co * Ci), H * W, Ci, KH, KW * Co,
+                                 (OW + 2 * QW) * Co)
+                dxn = dx[n0 + g0 + e]
+                if H * W >= 16:
+                    _epilogue_rows(dxn.reshape(Ci * H * W), H, 0, dyf, dyf[:0], Ci, W, H, False)
+                else:
+                    for ci in range(Ci):
+                        for i in range(H):
+                            row = dxn[ci, i]
+                            for j in range(W):
+                                row[j] = dyf[(i * W + j) * Ci + ci]
+        elif need_dx:
+            # dcols (G*L, ckk) = g.T (G*L, Co) @ wk (Co, ckk), MB rows at a time
+            dcf = dcols[t].reshape(PG * ckk)
+            for m0 in range(0, G * L, MB):
+                sgemm(True, False, min(MB, G * L - m0), ckk, Co, np.float32(1.0), gf, m0, PG,
+                      wkf, 0, ckk, zero, dcf, m0 * ckk, ckk)
+            for e in range(G):
+                _col2im_positions(dx[n0 + g0 + e], dcf[e * L * ckk:], xtf, PH, PW, KH, KW,
+                                  SH, SW)

@@ -12,20 +12,20 @@ and, still in cache, they feed its GEMMs 10-40 % faster than a stored copy read 
 It lays a group of examples side by side (row pitch G * L), so the weight gradient of a group is
 one GEMM with a long inner dimension. Flat buffers, sliced at an example's offset and read with a
 row pitch, keep every inner loop on a contiguous slice indexed from 0 (numba vectorises those).
-GEMMs go through ``blas.sgemm``, single-threaded inside prange.
+GEMMs go through ``blas.sgemm``, single-threaded inside parallel blocks.
 """
 import numba
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from ._conv_epilogue import bias_relu, grad_rows, max2x2, pool_scan
 from ._util import add_row_sums, copy_run, part_bounds
 from .blas import sgemm
 from .conv2d_direct import direct_rows, direct_weight_grad
 
 
-@kernel(parallel=False)
+@kernel()
 def _wide_runs(cf, P, pf, C, plane, KH, KW, Wp, L, adjoint):
     """The copies behind im2col_wide (adjoint False: cf <- pf) and col2im_wide (True: pf += cf):
     row r = (c, ky, kx) of the columns, at cf[r * P:r * P + L], is the contiguous slice
@@ -45,7 +45,7 @@ def _wide_runs(cf, P, pf, C, plane, KH, KW, Wp, L, adjoint):
                         cr[j] = pr[j]
 
 
-@kernel(parallel=False)
+@kernel()
 def im2col_wide(cf, P, xplane, KH, KW, Wp, L):
     """cf[r * P + j] = xplane[c].flat[ky * Wp + kx + j] for r = (c, ky, kx), j < L.
 
@@ -57,7 +57,7 @@ def im2col_wide(cf, P, xplane, KH, KW, Wp, L):
     _wide_runs(cf, P, xplane.reshape(C * plane), C, plane, KH, KW, Wp, L, False)
 
 
-@kernel(parallel=False)
+@kernel()
 def col2im_wide(dplane, dcf, P, KH, KW, Wp, L):
     """dplane = the adjoint of im2col_wide applied to the columns dcf of pitch P (overwritten,
     not accumulated). dplane: (C, Hp, Wp)."""
@@ -70,7 +70,7 @@ def col2im_wide(dplane, dcf, P, KH, KW, Wp, L):
     _wide_runs(dcf, P, df, C, plane, KH, KW, Wp, L, True)
 
 
-@kernel(parallel=False)
+@kernel()
 def _pad_plane(xp, x, PH, PW):
     """xp (C, H + 2PH, W + 2PW) = x (C, H, W) with a zero border."""
     C, H, W = x.shape
@@ -88,7 +88,7 @@ def _pad_plane(xp, x, PH, PW):
                 dst[PW + j] = src[j]
 
 
-@kernel(parallel=False)
+@kernel()
 def _plane(xp, x, PH, PW):
     """The plane that im2col reads for the example x (C, H, W): x itself, or, when padded, the
     workspace xp filled by _pad_plane. (One im2col call site per kernel: less code to compile.)"""
@@ -98,7 +98,7 @@ def _plane(xp, x, PH, PW):
     return x
 
 
-@kernel(parallel=False)
+@kernel()
 def _epilogue(o, yf, b, Wp, L, relu):
     """o (Co, OH, OW) = the wide GEMM rows yf (flat (Co, L), overwritten) + bias (then max(., 0)
     when relu). The bias and ReLU run over a channel's whole wide row, the rows are then copied
@@ -112,7 +112,7 @@ def _epilogue(o, yf, b, Wp, L, relu):
             copy_run(o[co, oy], numba.uint64(0), row, numba.uint64(oy * Wp), numba.uint64(OW))
 
 
-@kernel(parallel=False)
+@kernel()
 def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW, argmax_too):
     """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
@@ -169,19 +169,17 @@ def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
     when direct; yw (T, Co + 1, L); xpad (T, Ci, H + 2PH, W + 2PW) when padded, else
     (T, 1, 1, 1). Nothing is cached for the backward.
     """
-    for i in prange(conv2d_forward_wide_blocks(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW,
-                                               direct, S, argmax_too)):
-        conv2d_forward_wide_block(np.int64(i), out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH,
-                                  PKW, direct, S, argmax_too)
+    args = (out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S, argmax_too)
+    parallel_blocks(conv2d_forward_wide_blocks(*args), conv2d_forward_wide_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_wide_blocks(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
                                argmax_too):
     return x.shape[0] * S
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
                               argmax_too):
     """Block i of conv2d_forward_wide: its channels of out[n] (n = i // S), its thread's workspaces."""
@@ -233,6 +231,17 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     (T, at least Co * PH * PW) and gidx (int32, (T, at least (Co + 1) * PH * PW)) when
     pooled.
     """
+    P = dw_parts.shape[0]
+    # each part writes its own gradient parts and dx[n], in its thread's workspaces
+    args = (dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w, y, argmax, PH, PW, group,
+            need_dx, relu, PKH, PKW, direct)
+    parallel_blocks(P, conv2d_backward_wide_part, args)
+
+
+@kernel()
+def conv2d_backward_wide_part(c, dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w, y,
+                              argmax, PH, PW, group, need_dx, relu, PKH, PKW, direct):
+    """Part ``c`` of conv2d_backward_wide: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
     Wp = W + 2 * PW
@@ -245,44 +254,43 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     wf = w.reshape(Co * ckk)
     zero = np.float32(0.0)
     P = dw_parts.shape[0]
-    for c in prange(P):  # each part writes its own gradient parts and dx[n]; workspaces are its
-        t = numba.get_thread_id()  # thread's
-        n0, n1 = part_bounds(N, P, c)
-        E = n1 - n0
-        gf = gw[t].reshape(Co * PG)
-        cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
-        dwf = dw_parts[c].reshape(Co * ckk)
-        dbc = db_parts[c]
-        for g0 in range(0, E, group):
-            G = min(group, E - g0)
+    t = numba.get_thread_id()  # the workspaces' row
+    n0, n1 = part_bounds(N, P, c)
+    E = n1 - n0
+    gf = gw[t].reshape(Co * PG)
+    cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
+    dwf = dw_parts[c].reshape(Co * ckk)
+    dbc = db_parts[c]
+    for g0 in range(0, E, group):
+        G = min(group, E - g0)
+        for e in range(G):
+            n = n0 + g0 + e
+            xp = _plane(pad[t], x[n], PH, PW)
+            grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, PKH, PKW,
+                      gmask[t], gidx[t])
+            if direct:
+                plane = xp.shape[1] * Wp
+                direct_weight_grad(dwf, gf[e * L:], PG, xp.reshape(Ci * plane), Co, Ci, plane,
+                                   KH, KW, Wp, L, g0 + e == 0)
+            else:
+                im2col_wide(cf[e * L:], PG, xp, KH, KW, Wp, L)
+        add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
+        if not direct:  # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
+            sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
+                  np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
+        if need_dx:
+            # dcols (ckk, G*L) = W.T (ckk, Co) @ g (Co, G*L); junk columns come out zero
+            dcf = dcols[t].reshape(ckk * PG)
+            sgemm(True, False, ckk, G * L, Co, np.float32(1.0), wf, 0, ckk, gf, 0, PG,
+                  zero, dcf, 0, PG)
             for e in range(G):
                 n = n0 + g0 + e
-                xp = _plane(pad[t], x[n], PH, PW)
-                grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, PKH, PKW,
-                          gmask[t], gidx[t])
-                if direct:
-                    plane = xp.shape[1] * Wp
-                    direct_weight_grad(dwf, gf[e * L:], PG, xp.reshape(Ci * plane), Co, Ci, plane,
-                                       KH, KW, Wp, L, g0 + e == 0)
-                else:
-                    im2col_wide(cf[e * L:], PG, xp, KH, KW, Wp, L)
-            add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
-            if not direct:  # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
-                sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
-                      np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
-            if need_dx:
-                # dcols (ckk, G*L) = W.T (ckk, Co) @ g (Co, G*L); junk columns come out zero
-                dcf = dcols[t].reshape(ckk * PG)
-                sgemm(True, False, ckk, G * L, Co, np.float32(1.0), wf, 0, ckk, gf, 0, PG,
-                      zero, dcf, 0, PG)
-                for e in range(G):
-                    n = n0 + g0 + e
-                    dp = pad[t] if padded else dx[n]
-                    col2im_wide(dp, dcf[e * L:], PG, KH, KW, Wp, L)
-                    if padded:  # crop the border
-                        for ci in range(Ci):
-                            for i in range(H):
-                                src = dp[ci, PH + i]
-                                dst = dx[n, ci, i]
-                                for j in range(W):
-                                    dst[j] = src[PW + j]
+                dp = pad[t] if padded else dx[n]
+                col2im_wide(dp, dcf[e * L:], PG, KH, KW, Wp, L)
+                if padded:  # crop the border
+                    for ci in range(Ci):
+                        for i in range(H):
+                            src = dp[ci, PH + i]
+                            dst = dx[n, ci, i]
+                            for j in range(W):
+                                dst[j] = src[PW + j]

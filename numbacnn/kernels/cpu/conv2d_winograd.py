@@ -20,9 +20,9 @@ rotated by 180 degrees and their channels swapped.
 """
 import numba
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm
@@ -35,7 +35,7 @@ from .microkernel import gemm_blocks, gemm_tn
 SKEW = 16
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _half3(d, a, b, c, sign):
     """d = (a + sign * b + c) / 2 (sign +-1), elementwise."""
     h = np.float32(0.5)
@@ -47,7 +47,7 @@ def _half3(d, a, b, c, sign):
             d[j] = h * (a[j] - b[j] + c[j])
 
 
-@kernel(parallel=False)
+@kernel()
 def winograd_filters(U, w, rotate, work, seen, version):
     """The filters' transforms: U[k] = G g G^T for every 3x3 filter g of w (Co, Ci, 3, 3), unless
     ``seen`` (int32, w.size + 1; or empty: always) records that U was made from these very weights
@@ -101,7 +101,7 @@ def winograd_filters(U, w, rotate, work, seen, version):
             _half3(Uf[(4 * i + 2) * M + j0:(4 * i + 2) * M + j1], t0, t1, t2, -1)
 
 
-@kernel(parallel=False)
+@kernel()
 def _plane(pf, x, PH, PW, Wt, R0, R1):
     """pf (flat (R1 - R0, Wt, C)) = rows R0 .. R1 - 1 of x (C, H, W) zero-padded by PH rows above
     and PW columns on the left (zeros below and to the right up to the plane's size), transposed so
@@ -146,7 +146,7 @@ def _plane(pf, x, PH, PW, Wt, R0, R1):
                 pf[numba.uint64((d0 + (col & 1) * Wh + (col >> 1)) * C + c)] = src[j]
 
 
-@kernel(parallel=False)
+@kernel()
 def _plane_nhwc(pf, x, PH, PW, Wt, R0, R1):
     """_plane of a channel-last example x (H, W, C) (an inference chain's, ``layout``): each
     position's C channels are already contiguous, so a run copy each (no transposes)."""
@@ -166,37 +166,37 @@ def _plane_nhwc(pf, x, PH, PW, Wt, R0, R1):
 
 # The transforms run as a few whole-row operations with two or three operands each: LLVM vectorises
 # those, while one loop producing all 16 values of a tile (32 streams) stayed scalar, 3-4x slower.
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _add(d, a, b):
     for j in range(d.shape[0]):
         d[j] = a[j] + b[j]
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _sub(d, a, b):
     for j in range(d.shape[0]):
         d[j] = a[j] - b[j]
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _neg(d, a):
     for j in range(d.shape[0]):
         d[j] = -a[j]
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _add3(d, a, b, c):
     for j in range(d.shape[0]):
         d[j] = a[j] + b[j] + c[j]
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _sub3(d, a, b, c):
     for j in range(d.shape[0]):
         d[j] = a[j] - b[j] - c[j]
 
 
-@kernel(parallel=False)
+@kernel()
 def _input_tiles(vf, pf, sc, Wt, C, T0, TR, TW, R0, F, KS):
     """vf (16, F + TR * TW, C) (matrix k at k * KS floats; rows F .. written) = B^T d B for the
     tiles of tile rows T0 .. T0 + TR - 1: d is the 4x4 patch at plane rows 2 * ty - R0 ..,
@@ -229,7 +229,7 @@ def _input_tiles(vf, pf, sc, Wt, C, T0, TR, TW, R0, F, KS):
             _sub(vf[(k + 3) * s + o:(k + 3) * s + o + n], o0, o1)
 
 
-@kernel(parallel=False)
+@kernel()
 def _output_tiles(yf, mf, sc, Co, TR, TW):
     """yf (flat (2 * TR, 2 * TW, Co)) = A^T m A for the tiles of mf (16, TR * TW, Co) (matrix k at
     k * (TR * TW * Co + SKEW)): the outputs of TR tile rows, position-major, each row's even
@@ -253,7 +253,7 @@ def _output_tiles(yf, mf, sc, Co, TR, TW):
             _sub3(yf[y + n:y + 2 * n], b1, b2, b3)
 
 
-@kernel(parallel=False)
+@kernel()
 def _gradient_tiles(zf, gp, sc, Wg, Co, T0, TR, TW, OY, OX, F, KS):
     """zf (16, F + TR * TW, Co) (matrix k at k * KS floats; rows F .. written) = A g A^T for the output tiles
     of tile rows T0 .. T0 + TR - 1: g is the 2x2 block of the output gradient at rows 2 * ty ..,
@@ -284,7 +284,7 @@ def _gradient_tiles(zf, gp, sc, Wg, Co, T0, TR, TW, OY, OX, F, KS):
             _neg(zf[(k + 3) * s + o:(k + 3) * s + o + n], x1)
 
 
-@kernel(parallel=False)
+@kernel()
 def winograd_filter_gradient(dw, du):
     """dw (Co, Ci, 3, 3) = G^T du[co, :, ci] G: the filter gradients from their transforms du
     (Co, 16, Ci), the sum of conv2d_backward_winograd's parts."""
@@ -305,7 +305,7 @@ def winograd_filter_gradient(dw, du):
                 d[i, 2] = h * (q[i, 1] + q[i, 2]) + q[i, 3]
 
 
-@kernel(parallel=False)
+@kernel()
 def _weight_gemms(duf, mf, vf, Co, Ci, TB, KM, KV, first):
     """dU[:, k, :] (Co, Ci) (+)= dM[k]^T (Co, TB) @ V[k] (TB, Ci) for the 16 k (matrices k at
     k * KM and k * KV floats in mf and vf; duf: flat (Co, 16, Ci)); overwrites when first."""
@@ -317,7 +317,7 @@ def _weight_gemms(duf, mf, vf, Co, Ci, TB, KM, KV, first):
                   np.float32(0.0) if first else np.float32(1.0), duf, k * Ci, 16 * Ci)
 
 
-@kernel(parallel=False)
+@kernel()
 def winograd_tiles(OH, OW, PKH, PKW):
     """Tile rows and tiles per row of the forward of an OH x OW output: they cover the output, or
     with a fused PKH x PKW pool (PKH > 0) only the rows and columns that the pool reads."""
@@ -326,7 +326,7 @@ def winograd_tiles(OH, OW, PKH, PKW):
     return (OH + 1) // 2, (OW + 1) // 2
 
 
-@kernel(parallel=False)
+@kernel()
 def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
     """Outputs (as _output_tiles lays them out) of tile rows T0 .. T0 + TR - 1 of the convolution of
     the padded plane pf (rows from R0, width Wt, C channels) with the transformed filters U
@@ -366,19 +366,17 @@ def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, re
     the plane's (the next layer reads its plane from them with run copies); the values are the
     same bits either way. argmax keeps its channel-first shape.
     """
-    for i in prange(conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
-                                                   PKH, PKW, S, argmax_too, layout)):
-        conv2d_forward_winograd_block(np.int64(i), out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu,
-                                      PKH, PKW, S, argmax_too, layout)
+    args = (out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S, argmax_too, layout)
+    parallel_blocks(conv2d_forward_winograd_blocks(*args), conv2d_forward_winograd_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_winograd_blocks(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
                                    argmax_too, layout):
     return x.shape[0] * S
 
 
-@kernel(parallel=False)
+@kernel()
 def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
                                   argmax_too, layout):
     """Block i of conv2d_forward_winograd: its rows of out[n] (n = i // S), its thread's workspaces."""
@@ -452,6 +450,17 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     TWx * max(Ci, Co) + SKEW)); yw (T, 4 * TR * TWx * Ci); sw (T, 8 * (max(TW, TWx) + 1) *
     max(Ci, Co)); gmask, gidx: as conv2d_backward_positions'.
     """
+    P = du_parts.shape[0]
+    # each part writes its own gradient parts and dx[n], in its thread's workspaces
+    args = (dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb, gmask, gidx, dout, x, U2, y,
+            argmax, PH, PW, TR, CAP, need_dx, relu, PKH, PKW)
+    parallel_blocks(P, conv2d_backward_winograd_part, args)
+
+
+@kernel()
+def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb, gmask,
+                                  gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, relu, PKH, PKW):
+    """Part ``c`` of conv2d_backward_winograd: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co = U2.shape[1]
     OH = H + 2 * PH - 2
@@ -464,44 +473,43 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     Wt = 2 * TW + 2
     Hg, Wg = 2 * THx + 2, 2 * TWx + 2  # the gradient plane, padded by (2 - PH, 2 - PW)
     P = du_parts.shape[0]
-    for c in prange(P):  # each part writes its own gradient parts and dx[n]; workspaces are its
-        t = numba.get_thread_id()  # thread's
-        n0, n1 = part_bounds(N, P, c)
-        gf = gw[t].reshape(gw.shape[1])
-        gp = gpw[t].reshape(gpw.shape[1])
-        pf = pw[t].reshape(pw.shape[1])
-        vf = vw[t].reshape(vw.shape[1])
-        mf = mw[t].reshape(mw.shape[1])
-        duf = du_parts[c]
-        first = True
-        filled = 0  # tiles collected for the next weight-gradient GEMMs
-        KV = CAP * Ci + SKEW
-        KM = CAP * Co + SKEW
-        for n in range(n0, n1):
-            grad_rows(gf, 0, L, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW, gmask[t], gidx[t])
-            add_row_sums(db_parts[c], gf, L, L, n == n0)
-            _plane(gp, gf[:Co * L].reshape((Co, OH, OW)), 2 - PH, 2 - PW, Wg, 0, Hg)
-            _plane(pf, x[n], PH, PW, Wt, 0, 2 * TH + 2)
-            for t0 in range(0, TH, TR):
-                R = min(TR, TH - t0)
-                if filled + R * TW > CAP:
-                    _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
-                    first = False
-                    filled = 0
-                _input_tiles(vf, pf, sw[t], Wt, Ci, t0, R, TW, 0, filled, KV)
-                _gradient_tiles(mf, gp, sw[t], Wg, Co, t0, R, TW, 2 - PH, 2 - PW, filled, KM)
-                filled += R * TW
-            if need_dx:
-                vx = vxw[t].reshape(vxw.shape[1])
-                mx = mxw[t].reshape(mxw.shape[1])
-                for t0 in range(0, THx, TR):
-                    R = min(TR, THx - t0)
-                    yf = yw[t].reshape(yw.shape[1])[:4 * R * TWx * Ci]
-                    _winograd_rows(yf, vx, mx, sw[t], gp, Wg, U2, t0, R, TWx, 0)
-                    r1 = min(2 * (t0 + R), Hx)
-                    _epilogue_positions(dx[n][:, 2 * t0:r1, :Wx], argmax[n][:, :0], yf, zb, 2 * TWx,
-                                        False, 0, 0, TWx, mx, False)
-                if Hx < H or Wx < W:
-                    dx[n][:, Hx:] = np.float32(0.0)
-                    dx[n][:, :Hx, Wx:] = np.float32(0.0)
-        _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
+    t = numba.get_thread_id()  # the workspaces' row
+    n0, n1 = part_bounds(N, P, c)
+    gf = gw[t].reshape(gw.shape[1])
+    gp = gpw[t].reshape(gpw.shape[1])
+    pf = pw[t].reshape(pw.shape[1])
+    vf = vw[t].reshape(vw.shape[1])
+    mf = mw[t].reshape(mw.shape[1])
+    duf = du_parts[c]
+    first = True
+    filled = 0  # tiles collected for the next weight-gradient GEMMs
+    KV = CAP * Ci + SKEW
+    KM = CAP * Co + SKEW
+    for n in range(n0, n1):
+        grad_rows(gf, 0, L, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW, gmask[t], gidx[t])
+        add_row_sums(db_parts[c], gf, L, L, n == n0)
+        _plane(gp, gf[:Co * L].reshape((Co, OH, OW)), 2 - PH, 2 - PW, Wg, 0, Hg)
+        _plane(pf, x[n], PH, PW, Wt, 0, 2 * TH + 2)
+        for t0 in range(0, TH, TR):
+            R = min(TR, TH - t0)
+            if filled + R * TW > CAP:
+                _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
+                first = False
+                filled = 0
+            _input_tiles(vf, pf, sw[t], Wt, Ci, t0, R, TW, 0, filled, KV)
+            _gradient_tiles(mf, gp, sw[t], Wg, Co, t0, R, TW, 2 - PH, 2 - PW, filled, KM)
+            filled += R * TW
+        if need_dx:
+            vx = vxw[t].reshape(vxw.shape[1])
+            mx = mxw[t].reshape(mxw.shape[1])
+            for t0 in range(0, THx, TR):
+                R = min(TR, THx - t0)
+                yf = yw[t].reshape(yw.shape[1])[:4 * R * TWx * Ci]
+                _winograd_rows(yf, vx, mx, sw[t], gp, Wg, U2, t0, R, TWx, 0)
+                r1 = min(2 * (t0 + R), Hx)
+                _epilogue_positions(dx[n][:, 2 * t0:r1, :Wx], argmax[n][:, :0], yf, zb, 2 * TWx,
+                                    False, 0, 0, TWx, mx, False)
+            if Hx < H or Wx < W:
+                dx[n][:, Hx:] = np.float32(0.0)
+                dx[n][:, :Hx, Wx:] = np.float32(0.0)
+    _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)

@@ -1,4 +1,4 @@
-"""Fully connected layer: out = x @ w.T + b over a fixed grid of tiles (one tile per prange
+"""Fully connected layer: out = x @ w.T + b over a fixed grid of tiles (one tile per parallel
 iteration), each tile's product on the project's own register-blocked kernels (microkernel.py: dot
 blocks for the forward, FMA blocks for the gradients; OpenBLAS only for blocks narrower than 16
 columns). Every product spans its whole inner dimension in order, so no gradient needs a
@@ -9,14 +9,14 @@ here). The grids were sized for OpenBLAS, whose per-tile packing made finer grid
 few cores: they stop at 32 tiles up to batch 128 (64 at 256), and at fewer for small layers
 (docs/performance.md)."""
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 from .blas import sgemm
 from .microkernel import dot_rows, gemm_nn, gemm_tn
 
 
-@kernel(parallel=False)
+@kernel()
 def tile(size, most, minimum):
     """Block length for splitting ``size`` into at most ``most`` blocks of at least ``minimum``
     (the last one shorter); the number of blocks is -(-size // length)."""
@@ -38,7 +38,7 @@ MIN_GEMV_WORK = 1 << 16
 GEMV_ROWS = 4
 
 
-@kernel(parallel=False)
+@kernel()
 def forward_grid(N, F_in, F_out):
     """(rows, features) of dense_forward's tiles: 2 row blocks (more for batches over 128: at most
     MAX_TILE_ROWS rows) x 16 feature blocks, coarser while a tile holds fewer than MIN_TILE_WORK
@@ -53,7 +53,7 @@ def forward_grid(N, F_in, F_out):
     return rb, fb
 
 
-@kernel(parallel=False)
+@kernel()
 def backward_grid(N, F_in, F_out, need_dx):
     """(input features, output features of dw, rows of dx) of dense_backward's tiles: 16 input
     feature blocks x 2 (more for batches over 128: at most MAX_TILE_ROWS rows of dx, and as many
@@ -78,15 +78,10 @@ def backward_grid(N, F_in, F_out, need_dx):
 def dense_forward(out, x, w, b):
     """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
     Tiles (forward_grid): blocks of rows x up to 16 blocks of output features."""
-    tiles = dense_forward_blocks(out, x, w, b)
-    if tiles == 1:  # no parallel region for one tile (batch-1 layers): it costs ~1.3 us
-        dense_forward_block(np.int64(0), out, x, w, b)
-        return
-    for t in prange(tiles):  # disjoint tiles of out
-        dense_forward_block(np.int64(t), out, x, w, b)
+    parallel_blocks(dense_forward_blocks(out, x, w, b), dense_forward_block, (out, x, w, b))  # disjoint tiles
 
 
-@kernel(parallel=False)
+@kernel()
 def dense_forward_blocks(out, x, w, b):
     """The tiles of dense_forward's grid."""
     N, F_in = x.shape
@@ -95,7 +90,7 @@ def dense_forward_blocks(out, x, w, b):
     return -(-N // rb) * -(-F_out // fb)
 
 
-@kernel(parallel=False)
+@kernel()
 def dense_forward_block(t, out, x, w, b):
     """Tile t of dense_forward."""
     N, F_in = x.shape
@@ -105,7 +100,7 @@ def dense_forward_block(t, out, x, w, b):
                   -(-F_out // fb), rb, fb)
 
 
-@kernel(parallel=False)
+@kernel()
 def _forward_tile(out, xf, wf, of, b, t, n_f, rb, fb):
     """Tile t of dense_forward's grid (n_f feature blocks of fb, row blocks of rb)."""
     N, F_out = out.shape
@@ -127,9 +122,26 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     """dw = dout.T @ x, db = dout summed over the batch, dx = dout @ w when need_dx.
 
     dx: (N, F_in); dw: (F_out, F_in); db: (F_out,); dout: (N, F_out); x: (N, F_in); w: (F_out, F_in).
-    Iteration (i, j) of the grid (backward_grid): input-feature block i, with output-feature block j
+    Tile (i, j) of the grid (backward_grid): input-feature block i, with output-feature block j
     of dw and row block j of dx.
     """
+    N, F_in = x.shape
+    F_out = w.shape[0]
+    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx)
+    n_o = -(-F_out // ob)
+    n_r = -(-N // rb) if need_dx else 0
+    # disjoint tiles of dw and dx
+    parallel_blocks(-(-F_in // ib) * max(n_o, n_r), dense_backward_block, (dx, dw, db, dout, x, w, need_dx))
+    for j in range(F_out):  # bias: examples in order
+        s = np.float32(0.0)
+        for n in range(N):
+            s += dout[n, j]
+        db[j] = s
+
+
+@kernel()
+def dense_backward_block(t, dx, dw, db, dout, x, w, need_dx):
+    """Tile t of dense_backward's grid."""
     N, F_in = x.shape
     F_out = w.shape[0]
     xf = x.reshape(N * F_in)
@@ -141,31 +153,24 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     n_o = -(-F_out // ob)
     n_r = -(-N // rb) if need_dx else 0
     n_j = max(n_o, n_r)
-    for t in prange(-(-F_in // ib) * n_j):  # disjoint tiles of dw and dx
-        i0 = (t // n_j) * ib
-        i1 = min(F_in, i0 + ib)
-        j = t % n_j
-        if j < n_o:
-            # dw[o0:o1, i0:i1] = dout[:, o0:o1].T (o1 - o0, N) @ x[:, i0:i1] (N, i1 - i0)
-            o0 = j * ob
-            o1 = min(F_out, o0 + ob)
-            if i1 - i0 >= 16:
-                gemm_tn(dwf, o0 * F_in + i0, F_in, gf, o0, F_out, xf, i0, F_in, o1 - o0, i1 - i0, N, True)
-            else:
-                sgemm(True, False, o1 - o0, i1 - i0, N, np.float32(1.0), gf, o0, F_out, xf, i0, F_in,
-                      np.float32(0.0), dwf, o0 * F_in + i0, F_in)
-        if j < n_r:
-            # dx[r0:r1, i0:i1] = dout[r0:r1] (r1 - r0, F_out) @ w[:, i0:i1] (F_out, i1 - i0)
-            r0 = j * rb
-            r1 = min(N, r0 + rb)
-            if i1 - i0 >= 16:
-                gemm_nn(dxf, r0 * F_in + i0, F_in, gf, r0 * F_out, F_out, wf, i0, F_in, r1 - r0, i1 - i0,
-                        F_out)
-            else:
-                sgemm(False, False, r1 - r0, i1 - i0, F_out, np.float32(1.0), gf, r0 * F_out, F_out,
-                      wf, i0, F_in, np.float32(0.0), dxf, r0 * F_in + i0, F_in)
-    for j in range(F_out):  # bias: examples in order
-        s = np.float32(0.0)
-        for n in range(N):
-            s += dout[n, j]
-        db[j] = s
+    i0 = (t // n_j) * ib
+    i1 = min(F_in, i0 + ib)
+    j = t % n_j
+    if j < n_o:
+        # dw[o0:o1, i0:i1] = dout[:, o0:o1].T (o1 - o0, N) @ x[:, i0:i1] (N, i1 - i0)
+        o0 = j * ob
+        o1 = min(F_out, o0 + ob)
+        if i1 - i0 >= 16:
+            gemm_tn(dwf, o0 * F_in + i0, F_in, gf, o0, F_out, xf, i0, F_in, o1 - o0, i1 - i0, N, True)
+        else:
+            sgemm(True, False, o1 - o0, i1 - i0, N, np.float32(1.0), gf, o0, F_out, xf, i0, F_in,
+                  np.float32(0.0), dwf, o0 * F_in + i0, F_in)
+    if j < n_r:
+        # dx[r0:r1, i0:i1] = dout[r0:r1] (r1 - r0, F_out) @ w[:, i0:i1] (F_out, i1 - i0)
+        r0 = j * rb
+        r1 = min(N, r0 + rb)
+        if i1 - i0 >= 16:
+            gemm_nn(dxf, r0 * F_in + i0, F_in, gf, r0 * F_out, F_out, wf, i0, F_in, r1 - r0, i1 - i0, F_out)
+        else:
+            sgemm(False, False, r1 - r0, i1 - i0, F_out, np.float32(1.0), gf, r0 * F_out, F_out,
+                  wf, i0, F_in, np.float32(0.0), dxf, r0 * F_in + i0, F_in)

@@ -13,11 +13,11 @@ is dropped with probability threshold / 2**24 (p within 2**-24). Every product i
 numbers in 64-bit arithmetic, so nothing overflows (the CUDA simulator's numpy scalars stay quiet).
 """
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
-_GROUPS = 1024  # groups of four values per prange block
+_GROUPS = 1024  # groups of four values per parallel block
 
 _LO = np.uint64(0xFFFFFFFF)
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
@@ -25,7 +25,7 @@ _W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 _S32, _S8 = np.uint64(32), np.uint64(8)
 
 
-@kernel(parallel=False)
+@kernel()
 def philox4x32(c0, c1, c2, c3, k0, k1):
     """Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1): four 32-bit words, each as
     uint64. All arguments uint64 below 2**32. kernels/cuda/dropout.py compiles the same Python
@@ -47,15 +47,32 @@ def dropout_forward(y, mask, x, state, threshold, scale):
     without drawing."""
     M = x.shape[0]
     if threshold == 0:
-        for blk in prange((M + 4 * _GROUPS - 1) // (4 * _GROUPS)):
-            lo = blk * 4 * _GROUPS
-            hi = min(M, lo + 4 * _GROUPS)
-            ys, xs, ms = y[lo:hi], x[lo:hi], mask[lo:hi]
-            one = np.float32(scale)
-            for i in range(hi - lo):
-                ms[i] = one
-                ys[i] = xs[i] * one
+        parallel_blocks((M + 4 * _GROUPS - 1) // (4 * _GROUPS), dropout_keep_part, (y, mask, x, scale))
         return
+    off = state[2]
+    first = off >> np.uint64(2)  # the group of this process's first value
+    n_groups = np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
+    args = (y, mask, x, state, threshold, scale)
+    parallel_blocks((n_groups + _GROUPS - 1) // _GROUPS, dropout_forward_part, args)
+
+
+@kernel()
+def dropout_keep_part(blk, y, mask, x, scale):
+    """Part ``blk`` of dropout_forward when it keeps everything: mask = scale, y = x * scale."""
+    M = x.shape[0]
+    lo = blk * 4 * _GROUPS
+    hi = min(M, lo + 4 * _GROUPS)
+    ys, xs, ms = y[lo:hi], x[lo:hi], mask[lo:hi]
+    one = np.float32(scale)
+    for i in range(hi - lo):
+        ms[i] = one
+        ys[i] = xs[i] * one
+
+
+@kernel()
+def dropout_forward_part(blk, y, mask, x, state, threshold, scale):
+    """Part ``blk`` of dropout_forward: one iteration of its parallel loop."""
+    M = x.shape[0]
     k0, k1 = state[0] & _LO, state[0] >> _S32
     d0, d1 = state[1] & _LO, state[1] >> _S32
     off = state[2]
@@ -63,23 +80,22 @@ def dropout_forward(y, mask, x, state, threshold, scale):
     zero, keep = np.float32(0.0), np.float32(scale)
     first = off >> np.uint64(2)  # the group of this process's first value
     n_groups = np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
-    for blk in prange((n_groups + _GROUPS - 1) // _GROUPS):
-        g_lo = blk * _GROUPS
-        g_hi = min(n_groups, g_lo + _GROUPS)
-        for g in range(g_lo, g_hi):
-            group = first + np.uint64(g)
-            w0, w1, w2, w3 = philox4x32(group & _LO, group >> _S32, d0, d1, k0, k1)
-            base = np.int64(group << np.uint64(2)) - np.int64(off)  # local index of word 0
-            for w in range(4):
-                i = base + w
-                if 0 <= i < M:
-                    word = w0 if w == 0 else w1 if w == 1 else w2 if w == 2 else w3
-                    m = keep if (word >> _S8) >= t else zero
-                    mask[i] = m
-                    y[i] = x[i] * m
+    g_lo = blk * _GROUPS
+    g_hi = min(n_groups, g_lo + _GROUPS)
+    for g in range(g_lo, g_hi):
+        group = first + np.uint64(g)
+        w0, w1, w2, w3 = philox4x32(group & _LO, group >> _S32, d0, d1, k0, k1)
+        base = np.int64(group << np.uint64(2)) - np.int64(off)  # local index of word 0
+        for w in range(4):
+            i = base + w
+            if 0 <= i < M:
+                word = w0 if w == 0 else w1 if w == 1 else w2 if w == 2 else w3
+                m = keep if (word >> _S8) >= t else zero
+                mask[i] = m
+                y[i] = x[i] * m
 
 
-@kernel(parallel=False)
+@kernel()
 def dropout_advance(state):
     """The next draw: state[1] += 1 (after a training forward's ``dropout_forward``)."""
     state[1] += np.uint64(1)
@@ -89,9 +105,16 @@ def dropout_advance(state):
 def dropout_backward(dx, dy, mask):
     """dx = dy * mask. (M,) flat."""
     M = dy.shape[0]
-    for blk in prange((M + 4 * _GROUPS - 1) // (4 * _GROUPS)):
-        lo = blk * 4 * _GROUPS
-        hi = min(M, lo + 4 * _GROUPS)
-        dxs, dys, ms = dx[lo:hi], dy[lo:hi], mask[lo:hi]
-        for i in range(hi - lo):
-            dxs[i] = dys[i] * ms[i]
+    args = (dx, dy, mask)
+    parallel_blocks((M + 4 * _GROUPS - 1) // (4 * _GROUPS), dropout_backward_part, args)
+
+
+@kernel()
+def dropout_backward_part(blk, dx, dy, mask):
+    """Part ``blk`` of dropout_backward: one iteration of its parallel loop."""
+    M = dy.shape[0]
+    lo = blk * 4 * _GROUPS
+    hi = min(M, lo + 4 * _GROUPS)
+    dxs, dys, ms = dx[lo:hi], dy[lo:hi], mask[lo:hi]
+    for i in range(hi - lo):
+        dxs[i] = dys[i] * ms[i]

@@ -1,8 +1,8 @@
 """Softmax cross-entropy, numerically stable (max subtracted), mean over the batch."""
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 
 @kernel(fastmath=False)
@@ -16,43 +16,59 @@ def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
     dlogits, logits: (N, K); losses: (N,) float64; y: (N,) int64 in [0, K); smoothing in [0, 1).
     """
     N, K = logits.shape
+    # one example per iteration
+    args = (dlogits, losses, logits, y, smoothing)
+    parallel_blocks(N, softmax_cross_entropy_part, args)
+
+
+@kernel(fastmath=False)
+def softmax_cross_entropy_part(n, dlogits, losses, logits, y, smoothing):
+    """Part ``n`` of softmax_cross_entropy: one iteration of its parallel loop."""
+    N, K = logits.shape
     inv_n = 1.0 / N
     uniform = smoothing / K
-    for n in prange(N):  # one example per iteration
-        row = logits[n]
-        m = row[0]
-        for k in range(1, K):
-            if row[k] > m:
-                m = row[k]
-        s = 0.0
+    row = logits[n]
+    m = row[0]
+    for k in range(1, K):
+        if row[k] > m:
+            m = row[k]
+    s = 0.0
+    for k in range(K):
+        s += np.exp(np.float64(row[k] - m))
+    log_s = np.log(s)
+    loss = (1.0 - smoothing) * (log_s - np.float64(row[y[n]] - m))
+    if smoothing != 0.0:
         for k in range(K):
-            s += np.exp(np.float64(row[k] - m))
-        log_s = np.log(s)
-        loss = (1.0 - smoothing) * (log_s - np.float64(row[y[n]] - m))
-        if smoothing != 0.0:
-            for k in range(K):
-                loss += uniform * (log_s - np.float64(row[k] - m))
-        losses[n] = loss
-        d = dlogits[n]
-        for k in range(K):
-            p = np.exp(np.float64(row[k] - m) - log_s) - uniform
-            if k == y[n]:
-                p -= 1.0 - smoothing
-            d[k] = np.float32(p * inv_n)
+            loss += uniform * (log_s - np.float64(row[k] - m))
+    losses[n] = loss
+    d = dlogits[n]
+    for k in range(K):
+        p = np.exp(np.float64(row[k] - m) - log_s) - uniform
+        if k == y[n]:
+            p -= 1.0 - smoothing
+        d[k] = np.float32(p * inv_n)
 
 
 @kernel(fastmath=False)
 def softmax(out, logits):
     """Row-wise softmax. out, logits: (N, K)."""
     N, K = logits.shape
-    for n in prange(N):  # one example per iteration
-        row = logits[n]
-        m = row[0]
-        for k in range(1, K):
-            if row[k] > m:
-                m = row[k]
-        s = 0.0
-        for k in range(K):
-            s += np.exp(np.float64(row[k] - m))
-        for k in range(K):
-            out[n, k] = np.float32(np.exp(np.float64(row[k] - m)) / s)
+    # one example per iteration
+    args = (out, logits)
+    parallel_blocks(N, softmax_part, args)
+
+
+@kernel(fastmath=False)
+def softmax_part(n, out, logits):
+    """Part ``n`` of softmax: one iteration of its parallel loop."""
+    N, K = logits.shape
+    row = logits[n]
+    m = row[0]
+    for k in range(1, K):
+        if row[k] > m:
+            m = row[k]
+    s = 0.0
+    for k in range(K):
+        s += np.exp(np.float64(row[k] - m))
+    for k in range(K):
+        out[n, k] = np.float32(np.exp(np.float64(row[k] - m)) / s)

@@ -174,7 +174,7 @@ _TRANSPOSED_1 = _block(2 * ROWS if WIDE else ROWS, 1, True, True)
 _TRANSPOSED_2 = _block(ROWS, 2, True, True)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _fma_rows(big, V, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
     """The block of the module's docstring: 12 x 16 (V 1) or 6 x 32 (V 2) when ``big``, else one row."""
     if V == 2:
@@ -188,7 +188,7 @@ def _fma_rows(big, V, yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first):
         _ONE_1(yf, y0, ys, xf, x0, xo, k0, wf, w0, ws, T, first)
 
 
-@kernel(parallel=False)
+@kernel()
 def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
     """yf (flat (Lb, Co)) = the convolution at the Lb positions whose first taps lie at xo[:Lb] in
     the channel-last plane xtf, with the weights wf (flat (KH, run, Co): (ky, kx, c) x co): for
@@ -208,7 +208,7 @@ def direct_positions(yf, xtf, xo, wf, Lb, Co, KH, run, row):
                           run, ky == 0)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
     """An R x 16V block (R up to 12 x 16 or 6 x 32; 6 x 16 without AVX-512) with the rows of x xs
     floats apart, written when ``first``, else added to."""
@@ -218,7 +218,7 @@ def _strided_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
         _STRIDED_1(yf, y0, ys, xf, x0, xs, R, wf, w0, ws, T, first)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _transposed_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
     """An R x 16V block of x.T @ w (x's element (r, t) at x0 + r + t * xs)."""
     if V == 2:
@@ -232,7 +232,7 @@ def _transposed_rows(R, V, yf, y0, ys, xf, x0, xs, wf, w0, ws, T, first):
 TN_CHUNK = 96
 
 
-@kernel(parallel=False)
+@kernel()
 def gemm_tn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
     """yf[y0:] (M, N; rows ys apart) (+)= xf[x0:].T @ wf[w0:]: x (K, M) rows xs apart, w (K, N)
     rows ws apart (a weight gradient: the outputs' gradients by the inputs, summed over the
@@ -255,7 +255,7 @@ def gemm_tn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
                 p += h
 
 
-@kernel(parallel=False)
+@kernel()
 def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
     """yf[y0:] (M, N) = xf[x0:] (M, K) @ wf[w0:] (K, N), row-major, N >= 16 (rows of N, K and N
     floats): the FMA blocks of the module's docstring over 16V columns (V 2 where N is a multiple
@@ -269,14 +269,14 @@ def gemm_blocks(yf, y0, xf, x0, wf, w0, M, N, K):
     gemm_nn(yf, y0, N, xf, x0, K, wf, w0, N, M, N, K)
 
 
-@kernel(parallel=False)
+@kernel()
 def gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K):
     """gemm_blocks with any row pitches: yf[y0:] (M, N; rows ys apart) = xf[x0:] (M, K; rows xs
     apart) @ wf[w0:] (K, N; rows ws apart), N >= 16."""
     _gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, True)
 
 
-@kernel(parallel=False)
+@kernel()
 def gemm_nn_add(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
     """gemm_nn, added to y's values unless ``first`` (a weight gradient summed over runs of
     positions), without overlapping blocks (they would add twice): the columns in whole blocks of
@@ -292,7 +292,7 @@ def gemm_nn_add(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
               np.float32(0.0) if first else np.float32(1.0), yf, y0 + w16, ys)
 
 
-@kernel(parallel=False, inline=True)
+@kernel(inline=True)
 def _gemm_nn(yf, y0, ys, xf, x0, xs, wf, w0, ws, M, N, K, first):
     V = 2 if N % 32 == 0 and WIDE else 1
     R = ROWS if V == 2 or not WIDE else 2 * ROWS
@@ -431,7 +431,7 @@ if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: NumPy, with 
 _DOT_8, _DOT_4, _DOT_1 = _dot_block(2, 8), _dot_block(DOT_ROWS, 4), _dot_block(DOT_ROWS, 1)
 
 
-@kernel(parallel=False)
+@kernel()
 def dot_rows(yf, y0, ys, xf, x0, xs, M, wf, w0, ws, N, T):
     """yf[y0 + r * ys + c] = dot(xf[x0 + r * xs:][:T], wf[w0 + c * ws:][:T]) for r < M, c < N: the
     product of M rows of x and N rows of w (x @ w.T), in the dot blocks above (2 x 8 for one or two

@@ -1,13 +1,13 @@
 """Optimizer updates over one flat parameter buffer, with torch.optim's exact formulas.
 
-Each prange iteration updates one block through slices, so that the inner loops index from 0:
+Each parallel block updates one block through slices, so that the inner loops index from 0:
 indexing with a computed offset (blk * _BLOCK + i) kept them from vectorising (5-10x slower)."""
 import math
 
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 _BLOCK = 8192
 
@@ -19,23 +19,31 @@ def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first
     p, g, buf: (M,) float32; buf is the momentum buffer (unused when momentum == 0).
     """
     M = p.shape[0]
+    # disjoint element ranges
+    args = (p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, sgd_update_part, args)
+
+
+@kernel()
+def sgd_update_part(blk, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
+    """Part ``blk`` of sgd_update: one iteration of its parallel loop."""
+    M = p.shape[0]
     lr32 = np.float32(lr)
     mom = np.float32(momentum)
     damp = np.float32(1.0 - dampening)
     wd = np.float32(weight_decay)
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        ps, gs, bs = p[lo:hi], g[lo:hi], buf[lo:hi]
-        if momentum == 0.0:
-            for i in range(hi - lo):
-                ps[i] -= lr32 * (gs[i] + wd * ps[i])
-        else:
-            for i in range(hi - lo):
-                d = gs[i] + wd * ps[i]
-                b = d if first_step else mom * bs[i] + damp * d
-                bs[i] = b
-                ps[i] -= lr32 * (d + mom * b if nesterov else b)
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    ps, gs, bs = p[lo:hi], g[lo:hi], buf[lo:hi]
+    if momentum == 0.0:
+        for i in range(hi - lo):
+            ps[i] -= lr32 * (gs[i] + wd * ps[i])
+    else:
+        for i in range(hi - lo):
+            d = gs[i] + wd * ps[i]
+            b = d if first_step else mom * bs[i] + damp * d
+            bs[i] = b
+            ps[i] -= lr32 * (d + mom * b if nesterov else b)
 
 
 @kernel()
@@ -45,32 +53,41 @@ def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay
     All arrays (M,) float32; grad_avg is used when centered, buf when momentum > 0.
     """
     M = p.shape[0]
+    # disjoint element ranges
+    args = (p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, rmsprop_update_part, args)
+
+
+@kernel()
+def rmsprop_update_part(blk, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
+                        centered):
+    """Part ``blk`` of rmsprop_update: one iteration of its parallel loop."""
+    M = p.shape[0]
     a = np.float32(alpha)
     one_a = np.float32(1.0 - alpha)
     e = np.float32(eps)
     lr32 = np.float32(lr)
     wd = np.float32(weight_decay)
     mom = np.float32(momentum)
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        ps, gs, sqs, gas, bs = p[lo:hi], g[lo:hi], square_avg[lo:hi], grad_avg[lo:hi], buf[lo:hi]
-        for i in range(hi - lo):
-            d = gs[i] + wd * ps[i]
-            sq = a * sqs[i] + one_a * d * d
-            sqs[i] = sq
-            if centered:
-                ga = a * gas[i] + one_a * d
-                gas[i] = ga
-                avg = np.sqrt(sq - ga * ga) + e
-            else:
-                avg = np.sqrt(sq) + e
-            if momentum > 0.0:
-                b = mom * bs[i] + d / avg
-                bs[i] = b
-                ps[i] -= lr32 * b
-            else:
-                ps[i] -= lr32 * d / avg
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    ps, gs, sqs, gas, bs = p[lo:hi], g[lo:hi], square_avg[lo:hi], grad_avg[lo:hi], buf[lo:hi]
+    for i in range(hi - lo):
+        d = gs[i] + wd * ps[i]
+        sq = a * sqs[i] + one_a * d * d
+        sqs[i] = sq
+        if centered:
+            ga = a * gas[i] + one_a * d
+            gas[i] = ga
+            avg = np.sqrt(sq - ga * ga) + e
+        else:
+            avg = np.sqrt(sq) + e
+        if momentum > 0.0:
+            b = mom * bs[i] + d / avg
+            bs[i] = b
+            ps[i] -= lr32 * b
+        else:
+            ps[i] -= lr32 * d / avg
 
 
 @kernel()
@@ -78,6 +95,15 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled
     """Adam with bias correction (torch.optim.Adam); weight decay added to the gradient (L2), or
     with ``decoupled`` the weights shrunk by lr * weight_decay first (torch.optim.AdamW). All
     arrays (M,) float32."""
+    M = p.shape[0]
+    # disjoint element ranges
+    args = (p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, adam_update_part, args)
+
+
+@kernel()
+def adam_update_part(blk, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
+    """Part ``blk`` of adam_update: one iteration of its parallel loop."""
     M = p.shape[0]
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
@@ -88,18 +114,17 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled
     step_size = np.float32(lr / bc1)
     inv_bc2_sqrt = np.float32(1.0 / bc2_sqrt)
     e = np.float32(eps)
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        ps, gs, ms, vs = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
-        for i in range(hi - lo):
-            d = gs[i] + wd * ps[i]
-            ps[i] *= shrink
-            mi = b1 * ms[i] + (np.float32(1.0) - b1) * d
-            vi = b2 * vs[i] + (np.float32(1.0) - b2) * d * d
-            ms[i] = mi
-            vs[i] = vi
-            ps[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    ps, gs, ms, vs = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+    for i in range(hi - lo):
+        d = gs[i] + wd * ps[i]
+        ps[i] *= shrink
+        mi = b1 * ms[i] + (np.float32(1.0) - b1) * d
+        vi = b2 * vs[i] + (np.float32(1.0) - b2) * d * d
+        ms[i] = mi
+        vs[i] = vi
+        ps[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
 
 
 @kernel()
@@ -107,12 +132,20 @@ def lookahead_sync(fast, slow, alpha):
     """Lookahead's synchronisation (Zhang et al., 2019): slow += alpha * (fast - slow), then
     fast = slow. fast, slow: (M,) float32."""
     M = fast.shape[0]
+    # disjoint element ranges
+    args = (fast, slow, alpha)
+    parallel_blocks((M + _BLOCK - 1) // _BLOCK, lookahead_sync_part, args)
+
+
+@kernel()
+def lookahead_sync_part(blk, fast, slow, alpha):
+    """Part ``blk`` of lookahead_sync: one iteration of its parallel loop."""
+    M = fast.shape[0]
     a = np.float32(alpha)
-    for blk in prange((M + _BLOCK - 1) // _BLOCK):  # disjoint element ranges
-        lo = blk * _BLOCK
-        hi = min(M, lo + _BLOCK)
-        fs, ss = fast[lo:hi], slow[lo:hi]
-        for i in range(hi - lo):
-            s = ss[i] + a * (fs[i] - ss[i])
-            ss[i] = s
-            fs[i] = s
+    lo = blk * _BLOCK
+    hi = min(M, lo + _BLOCK)
+    fs, ss = fast[lo:hi], slow[lo:hi]
+    for i in range(hi - lo):
+        s = ss[i] + a * (fs[i] - ss[i])
+        ss[i] = s
+        fs[i] = s

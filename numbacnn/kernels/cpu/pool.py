@@ -4,18 +4,18 @@ Parallel over (n, c) planes, so every iteration writes a disjoint plane and over
 accumulate without races. Compiled without NaN-removing fast-math: NaN counts as the maximum.
 """
 import numpy as np
-from numba import prange
 
 from ..._config import kernel
+from ..._parallel import parallel_blocks
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _window(o, S, P, K, size):
     """Input range [lo, hi) of output position o's window, clipped to the plane (padding excluded)."""
     return max(o * S - P, 0), min(o * S - P + K, size)
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
     H, W = xp.shape
     OH, OW = o.shape
@@ -43,16 +43,17 @@ def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     out, argmax: (N, C, OH, OW); x: (N, C, H, W). Without padding the windows need no bounds and,
     unless a plane holds a NaN, no NaN logic (``_maxpool_nopad``).
     """
-    for p in prange(maxpool2d_forward_blocks(out, argmax, x, KH, KW, SH, SW, PH, PW)):  # one plane each
-        maxpool2d_forward_block(np.int64(p), out, argmax, x, KH, KW, SH, SW, PH, PW)
+    # one plane each
+    args = (out, argmax, x, KH, KW, SH, SW, PH, PW)
+    parallel_blocks(maxpool2d_forward_blocks(*args), maxpool2d_forward_block, args)
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def maxpool2d_forward_blocks(out, argmax, x, KH, KW, SH, SW, PH, PW):
     return x.shape[0] * x.shape[1]
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def maxpool2d_forward_block(p, out, argmax, x, KH, KW, SH, SW, PH, PW):
     """Plane p = (n, c) of maxpool2d_forward."""
     C = x.shape[1]
@@ -64,7 +65,7 @@ def maxpool2d_forward_block(p, out, argmax, x, KH, KW, SH, SW, PH, PW):
         _maxpool_plane(out[n, c], argmax[n, c], x[n, c], KH, KW, SH, SW, PH, PW)
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _maxpool_plane_nopad(o, a, xp, KH, KW, SH, SW):
     """One plane without padding using plain '>' (selects, no NaN logic); returns whether any
     input was NaN, in which case the caller redoes the plane with the NaN-aware loop.
@@ -96,7 +97,7 @@ def _maxpool_plane_nopad(o, a, xp, KH, KW, SH, SW):
     return nan
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _maxpool_plane_2x2(o, a, xp):
     """The common 2x2, stride 2, unpadded case with the window unrolled; returns whether any input
     was NaN (the caller then redoes the plane with the NaN-aware loop)."""
@@ -133,7 +134,7 @@ def _maxpool_plane_2x2(o, a, xp):
     return nan
 
 
-@kernel(parallel=False, fastmath=False)
+@kernel(fastmath=False)
 def _maxpool_nopad(o, a, xp, KH, KW, SH, SW):
     """A plane of maxpool2d_forward without padding: every window lies inside the plane, so the
     loops need no bounds and, unless the plane holds a NaN, no NaN logic. Same tie and NaN rules."""
@@ -163,21 +164,29 @@ def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     the window geometry (the CUDA kernel's: it gathers per input element) is not read here.
     """
     N, C, H, W = dx.shape
+    # one plane per iteration
+    args = (dx, dout, argmax, KH, KW, SH, SW, PH, PW)
+    parallel_blocks(N * C, maxpool2d_backward_part, args)
+
+
+@kernel(fastmath=False)
+def maxpool2d_backward_part(p, dx, dout, argmax, KH, KW, SH, SW, PH, PW):
+    """Part ``p`` of maxpool2d_backward: one iteration of its parallel loop."""
+    N, C, H, W = dx.shape
     OH, OW = dout.shape[2], dout.shape[3]
-    for p in prange(N * C):  # one plane per iteration
-        n = p // C
-        c = p % C
-        d = dx[n, c].reshape(H * W)
-        for i in range(H * W):  # a loop, not d[:] = 0: no nested parallel loop to compile
-            d[i] = np.float32(0.0)
-        a = argmax[n, c]
-        g = dout[n, c]
-        for oy in range(OH):
-            for ox in range(OW):
-                d[a[oy, ox]] += g[oy, ox]
+    n = p // C
+    c = p % C
+    d = dx[n, c].reshape(H * W)
+    for i in range(H * W):  # a loop, not d[:] = 0: no nested parallel loop to compile
+        d[i] = np.float32(0.0)
+    a = argmax[n, c]
+    g = dout[n, c]
+    for oy in range(OH):
+        for ox in range(OW):
+            d[a[oy, ox]] += g[oy, ox]
 
 
-@kernel(parallel=False)
+@kernel()
 def _avgpool_plane_nopad(o, xp, KH, KW, SH, SW, scale):
     """One unpadded plane: no window clipping; each window summed in row-major order, as the
     general loop does. The 2x2, stride-2 case is unrolled (5x faster than the loop)."""
@@ -201,7 +210,7 @@ def _avgpool_plane_nopad(o, xp, KH, KW, SH, SW, scale):
             orow[ox] = s * scale
 
 
-@kernel(parallel=False)
+@kernel()
 def _avgpool_plane_nopad_backward(d, g, KH, KW, SH, SW, scale):
     """Adjoint of _avgpool_plane_nopad: d (H, W) overwritten, g (OH, OW)."""
     H, W = d.shape
@@ -239,16 +248,17 @@ def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
 
     out: (N, C, OH, OW); x: (N, C, H, W).
     """
-    for p in prange(avgpool2d_forward_blocks(out, x, KH, KW, SH, SW, PH, PW)):  # one plane each
-        avgpool2d_forward_block(np.int64(p), out, x, KH, KW, SH, SW, PH, PW)
+    # one plane each
+    args = (out, x, KH, KW, SH, SW, PH, PW)
+    parallel_blocks(avgpool2d_forward_blocks(*args), avgpool2d_forward_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def avgpool2d_forward_blocks(out, x, KH, KW, SH, SW, PH, PW):
     return x.shape[0] * x.shape[1]
 
 
-@kernel(parallel=False)
+@kernel()
 def avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW):
     """Plane p = (n, c) of avgpool2d_forward."""
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
@@ -280,46 +290,55 @@ def avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW):
 def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     """Adjoint of avgpool2d_forward. dx: (N, C, H, W), overwritten; dout: (N, C, OH, OW)."""
     N, C, H, W = dx.shape
+    # one plane per iteration
+    args = (dx, dout, KH, KW, SH, SW, PH, PW)
+    parallel_blocks(N * C, avgpool2d_backward_part, args)
+
+
+@kernel()
+def avgpool2d_backward_part(p, dx, dout, KH, KW, SH, SW, PH, PW):
+    """Part ``p`` of avgpool2d_backward: one iteration of its parallel loop."""
+    N, C, H, W = dx.shape
     OH, OW = dout.shape[2], dout.shape[3]
     scale = np.float32(1.0 / (KH * KW))
-    for p in prange(N * C):  # one plane per iteration
-        n = p // C
-        c = p % C
-        d = dx[n, c]
-        if PH == 0 and PW == 0:
-            if KH == 3 and KW == 3 and SH == 2 and SW == 2:  # constants: an unrolled window
-                _avgpool_plane_nopad_backward(d, dout[n, c], 3, 3, 2, 2, scale)
-            elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
-                _avgpool_plane_nopad_backward(d, dout[n, c], 3, 3, 1, 1, scale)
-            else:
-                _avgpool_plane_nopad_backward(d, dout[n, c], KH, KW, SH, SW, scale)
-            continue
-        for iy in range(H):
-            for ix in range(W):
-                d[iy, ix] = np.float32(0.0)
-        for oy in range(OH):
-            y_lo, y_hi = _window(oy, SH, PH, KH, H)
-            for ox in range(OW):
-                x_lo, x_hi = _window(ox, SW, PW, KW, W)
-                g = dout[n, c, oy, ox] * scale
-                for iy in range(y_lo, y_hi):
-                    for ix in range(x_lo, x_hi):
-                        d[iy, ix] += g
+    n = p // C
+    c = p % C
+    d = dx[n, c]
+    if PH == 0 and PW == 0:
+        if KH == 3 and KW == 3 and SH == 2 and SW == 2:  # constants: an unrolled window
+            _avgpool_plane_nopad_backward(d, dout[n, c], 3, 3, 2, 2, scale)
+        elif KH == 3 and KW == 3 and SH == 1 and SW == 1:
+            _avgpool_plane_nopad_backward(d, dout[n, c], 3, 3, 1, 1, scale)
+        else:
+            _avgpool_plane_nopad_backward(d, dout[n, c], KH, KW, SH, SW, scale)
+        return
+    for iy in range(H):
+        for ix in range(W):
+            d[iy, ix] = np.float32(0.0)
+    for oy in range(OH):
+        y_lo, y_hi = _window(oy, SH, PH, KH, H)
+        for ox in range(OW):
+            x_lo, x_hi = _window(ox, SW, PW, KW, W)
+            g = dout[n, c, oy, ox] * scale
+            for iy in range(y_lo, y_hi):
+                for ix in range(x_lo, x_hi):
+                    d[iy, ix] += g
 
 
 @kernel()
 def global_avgpool2d_forward(y, x):
     """y[n, c] = the mean of the plane x[n, c]. y: (N, C); x: (N, C, S) with S = H*W."""
-    for nc in prange(global_avgpool2d_forward_blocks(y, x)):  # one plane per iteration
-        global_avgpool2d_forward_block(np.int64(nc), y, x)
+    # one plane per iteration
+    args = (y, x)
+    parallel_blocks(global_avgpool2d_forward_blocks(*args), global_avgpool2d_forward_block, args)
 
 
-@kernel(parallel=False)
+@kernel()
 def global_avgpool2d_forward_blocks(y, x):
     return x.shape[0] * x.shape[1]
 
 
-@kernel(parallel=False)
+@kernel()
 def global_avgpool2d_forward_block(nc, y, x):
     """Plane nc = (n, c) of global_avgpool2d_forward."""
     C, S = x.shape[1], x.shape[2]
@@ -337,11 +356,19 @@ def global_avgpool2d_forward_block(nc, y, x):
 def global_avgpool2d_backward(dx, dy):
     """dx[n, c, :] = dy[n, c] / S. dx: (N, C, S); dy: (N, C)."""
     N, C, S = dx.shape
+    # one plane per iteration
+    args = (dx, dy)
+    parallel_blocks(N * C, global_avgpool2d_backward_part, args)
+
+
+@kernel()
+def global_avgpool2d_backward_part(nc, dx, dy):
+    """Part ``nc`` of global_avgpool2d_backward: one iteration of its parallel loop."""
+    N, C, S = dx.shape
     inv = np.float32(1.0 / S)
-    for nc in prange(N * C):  # one plane per iteration
-        n = nc // C
-        c = nc % C
-        g = dy[n, c] * inv
-        ds = dx[n, c]
-        for i in range(S):
-            ds[i] = g
+    n = nc // C
+    c = nc % C
+    g = dy[n, c] * inv
+    ds = dx[n, c]
+    for i in range(S):
+        ds[i] = g
