@@ -80,6 +80,7 @@ def plant(m: Mutant, src: str) -> str | None:
 K = "numbacnn/kernels/cpu/"
 K2 = "numbacnn/kernels/cuda/"
 TEAM = "numbacnn/backend/team_region.py"  # compiled like the CPU kernels (and in the kernel tier)
+PARALLEL = "numbacnn/_parallel.py"  # compiled into every kernel that runs in parallel
 W = K + "conv2d_winograd.py"
 M = Mutant
 MUTANTS = [
@@ -417,6 +418,17 @@ MUTANTS = [
     M("recording takes other threads' kernel calls too", "numbacnn/backend/calls.py",
       "_tape = threading.local()", "_tape = type('Tape', (), {'calls': None})()",
       ["tests/test_program.py", "-k", "thread"]),
+    # the kernels' parallel loop
+    M("parallel loop: a block that fails in a thread goes unreported", PARALLEL,
+      "                    call(builder.sub(first, one))\n", "",
+      ["tests/test_parallel.py", "-k", "raises"], inside="_parallel_blocks"),
+    M("parallel loop: each part stops one block short", PARALLEL,
+      "hi = b.sdiv(b.mul(total, b.add(part, ir.Constant(i64, 1))), parts)",
+      "hi = b.sub(b.sdiv(b.mul(total, b.add(part, ir.Constant(i64, 1))), parts), ir.Constant(i64, 1))",
+      ["tests/test_parallel.py", "-k", "once"], inside="_parallel_blocks"),
+    M("parallel loop: a cached kernel loads without binding its blocks", PARALLEL,
+      "        context.active_code_library._reload_init.add(\n", "        set().add(\n",
+      ["tests/test_parallel.py", "-k", "cached"], inside="_parallel_blocks"),
     # cold start
     M("prebuilt kernels' stamp leaves out the JIT flags in _flags.py", "numbacnn/prebuilt.py",
       "    h.update(repr((sorted(_flags.FASTMATH), _flags.KERNEL_OPT)).encode())\n", "",
@@ -734,8 +746,9 @@ def _paths(m: Mutant) -> tuple[str, ...]:
 
 
 def _kernel_paths(m: Mutant) -> list[str]:
-    """The mutant's files that numbacnn compiles (the CPU kernels and the team region's runtime)."""
-    return [rel for rel in _paths(m) if rel.startswith(K) or rel == TEAM]
+    """The mutant's files that numbacnn compiles (the CPU kernels, the team region's runtime and the
+    kernels' parallel loop)."""
+    return [rel for rel in _paths(m) if rel.startswith(K) or rel in (TEAM, PARALLEL)]
 
 
 def kernel_dependents(folder: str, changed: set[str]) -> set[str]:
@@ -784,6 +797,9 @@ def _run_one(base: str, m: Mutant, timeout: float) -> tuple[int, str]:
             with open(path, "w") as f:
                 f.write(planted)
         kernels = _kernel_paths(m)
+        if PARALLEL in kernels:  # in every parallel kernel, the tests' own included: drop every cached one
+            for cached in glob.glob(os.path.join(copy, "**", "__pycache__", "*.nb[ic]"), recursive=True):
+                os.remove(cached)
         for rel in kernels:
             folder = os.path.dirname(os.path.join(copy, rel))
             for mod in kernel_dependents(folder, {os.path.basename(rel)[:-3]}):

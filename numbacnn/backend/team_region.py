@@ -39,6 +39,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._config import kernel
+from .._parallel import borrowed
 
 _SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _PREFIX = "numbacnn_"
@@ -137,19 +138,6 @@ def thread_id_block(i, ids):
     ids[i] = numba.get_thread_id()
 
 
-def _borrowed(context, builder, argtys, args):
-    """The arguments with every array's meminfo set to null: the callee then does no reference
-    counting on them or on its views of them (atomic increments on shared counters, 15 % of a
-    Winograd layer's time at batch 1)."""
-    out = list(args)
-    for j, ty in enumerate(argtys):
-        if isinstance(ty, types.Array):
-            ary = context.make_array(ty)(context, builder, out[j])
-            ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
-            out[j] = ary._getvalue()
-    return out
-
-
 # a thunk: (block index, packed arguments, entry point) -> the kernel's numba status code
 _THUNK = ir.FunctionType(ir.IntType(32), [ir.IntType(64), ir.IntType(8).as_pointer(), ir.IntType(64)])
 
@@ -184,7 +172,7 @@ def _pack(typingctx, args, buffer, blocks):
         size = ir.Constant(i64, context.get_abi_sizeof(ltype))
         buf = context.make_array(signature.args[1])(context, builder, llargs[1])
         nbytes = builder.mul(buf.nitems, buf.itemsize)
-        values = _borrowed(context, builder, atys, cgutils.unpack_tuple(builder, llargs[0], len(atys)))
+        values = borrowed(context, builder, atys, cgutils.unpack_tuple(builder, llargs[0], len(atys)))
         value = context.make_tuple(builder, signature.args[0], values)
         with builder.if_then(builder.icmp_signed(">=", nbytes, size)):
             builder.store(value, builder.bitcast(buf.data, ltype.as_pointer()))
