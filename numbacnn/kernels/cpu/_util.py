@@ -77,7 +77,7 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
     parallel_blocks(n_blocks + 1, sum_parts_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def sum_parts_part(blk, dw, db, dw_parts, db_parts, shape, strides):
     """Part ``blk`` of sum_parts: one iteration of its parallel loop."""
     Co, A, B, C = shape

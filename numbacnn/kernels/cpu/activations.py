@@ -60,7 +60,7 @@ def relu_backward(dx, dy, y):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, relu_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def relu_backward_part(blk, dx, dy, y):
     """Part ``blk`` of relu_backward: one iteration of its parallel loop."""
     M = y.shape[0]
@@ -138,7 +138,7 @@ def tanh_backward(dx, dy, y):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, tanh_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def tanh_backward_part(blk, dx, dy, y):
     """Part ``blk`` of tanh_backward: one iteration of its parallel loop."""
     M = y.shape[0]
@@ -207,7 +207,7 @@ def gelu_forward(y, x, tanh_form):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, gelu_forward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def gelu_forward_part(blk, y, x, tanh_form):
     """Part ``blk`` of gelu_forward: one iteration of its parallel loop."""
     M = y.shape[0]
@@ -230,7 +230,7 @@ def gelu_backward(dx, dy, x, tanh_form):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, gelu_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def gelu_backward_part(blk, dx, dy, x, tanh_form):
     """Part ``blk`` of gelu_backward: one iteration of its parallel loop."""
     M = x.shape[0]
@@ -334,7 +334,7 @@ def scale(y, x, a):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, scale_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def scale_part(blk, y, x, a):
     """Part ``blk`` of scale: one iteration of its parallel loop."""
     M = y.shape[0]

@@ -16,7 +16,7 @@ def gather_batch(out, labels, x, y, idx):
     parallel_blocks(out.shape[0], gather_batch_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def gather_batch_part(i, out, labels, x, y, idx):
     """Part ``i`` of gather_batch: one iteration of its parallel loop."""
     F = out.shape[1]
@@ -40,7 +40,7 @@ def gather_augment(out, labels, x, y, idx, shifts, flips, reflect):
     parallel_blocks(B, gather_augment_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def gather_augment_part(i, out, labels, x, y, idx, shifts, flips, reflect):
     """Part ``i`` of gather_augment: one iteration of its parallel loop."""
     B, C, H, W = out.shape
@@ -79,7 +79,7 @@ def copy_strided(dst, src):
     parallel_blocks(A * B, copy_strided_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def copy_strided_part(ab, dst, src):
     """Part ``ab`` of copy_strided: one iteration of its parallel loop."""
     A, B, C, D = dst.shape

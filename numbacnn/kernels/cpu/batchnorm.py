@@ -27,7 +27,7 @@ def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batc
     num_batches[0] += 1
 
 
-@kernel()
+@kernel(float_division=True)
 def batchnorm_forward_train_part(c, y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
                                  eps, momentum, relu):
     """Part ``c`` of batchnorm_forward_train: one iteration of its parallel loop."""
@@ -112,7 +112,7 @@ def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu,
     parallel_blocks(C, batchnorm_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def batchnorm_backward_part(c, dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
                             need_dx):
     """Part ``c`` of batchnorm_backward: one iteration of its parallel loop."""

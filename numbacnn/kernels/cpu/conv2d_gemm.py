@@ -142,7 +142,7 @@ def conv2d_backward_gemm(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y,
     parallel_blocks(P, conv2d_backward_gemm_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def conv2d_backward_gemm_part(c, dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
                               need_dx, relu):
     """Part ``c`` of conv2d_backward_gemm: one iteration of its parallel loop."""

@@ -443,7 +443,7 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     parallel_blocks(P, conv2d_backward_positions_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def conv2d_backward_positions_part(c, dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x, wk,
                                    y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH, PKW, KB, MB,
                                    wr, gp, dxw, xo):

@@ -238,7 +238,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     parallel_blocks(P, conv2d_backward_wide_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def conv2d_backward_wide_part(c, dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w, y,
                               argmax, PH, PW, group, need_dx, relu, PKH, PKW, direct):
     """Part ``c`` of conv2d_backward_wide: one iteration of its parallel loop."""

@@ -457,7 +457,7 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     parallel_blocks(P, conv2d_backward_winograd_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb, gmask,
                                   gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, relu, PKH, PKW):
     """Part ``c`` of conv2d_backward_winograd: one iteration of its parallel loop."""

@@ -139,7 +139,7 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
         db[j] = s
 
 
-@kernel()
+@kernel(float_division=True)
 def dense_backward_block(t, dx, dw, db, dout, x, w, need_dx):
     """Tile t of dense_backward's grid."""
     N, F_in = x.shape

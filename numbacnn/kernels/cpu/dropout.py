@@ -56,7 +56,7 @@ def dropout_forward(y, mask, x, state, threshold, scale):
     parallel_blocks((n_groups + _GROUPS - 1) // _GROUPS, dropout_forward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def dropout_keep_part(blk, y, mask, x, scale):
     """Part ``blk`` of dropout_forward when it keeps everything: mask = scale, y = x * scale."""
     M = x.shape[0]
@@ -69,7 +69,7 @@ def dropout_keep_part(blk, y, mask, x, scale):
         ys[i] = xs[i] * one
 
 
-@kernel()
+@kernel(float_division=True)
 def dropout_forward_part(blk, y, mask, x, state, threshold, scale):
     """Part ``blk`` of dropout_forward: one iteration of its parallel loop."""
     M = x.shape[0]
@@ -109,7 +109,7 @@ def dropout_backward(dx, dy, mask):
     parallel_blocks((M + 4 * _GROUPS - 1) // (4 * _GROUPS), dropout_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def dropout_backward_part(blk, dx, dy, mask):
     """Part ``blk`` of dropout_backward: one iteration of its parallel loop."""
     M = dy.shape[0]

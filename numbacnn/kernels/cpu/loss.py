@@ -21,7 +21,7 @@ def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
     parallel_blocks(N, softmax_cross_entropy_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def softmax_cross_entropy_part(n, dlogits, losses, logits, y, smoothing):
     """Part ``n`` of softmax_cross_entropy: one iteration of its parallel loop."""
     N, K = logits.shape
@@ -58,7 +58,7 @@ def softmax(out, logits):
     parallel_blocks(N, softmax_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def softmax_part(n, out, logits):
     """Part ``n`` of softmax: one iteration of its parallel loop."""
     N, K = logits.shape

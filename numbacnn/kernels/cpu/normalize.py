@@ -39,7 +39,7 @@ def normalize_backward(dx, dy, std):
     parallel_blocks(N * C, normalize_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def normalize_backward_part(nc, dx, dy, std):
     """Part ``nc`` of normalize_backward: one iteration of its parallel loop."""
     N, C, S = dy.shape

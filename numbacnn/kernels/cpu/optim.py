@@ -24,7 +24,7 @@ def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, sgd_update_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def sgd_update_part(blk, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     """Part ``blk`` of sgd_update: one iteration of its parallel loop."""
     M = p.shape[0]
@@ -58,7 +58,7 @@ def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, rmsprop_update_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def rmsprop_update_part(blk, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
                         centered):
     """Part ``blk`` of rmsprop_update: one iteration of its parallel loop."""
@@ -101,7 +101,7 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, adam_update_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def adam_update_part(blk, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
     """Part ``blk`` of adam_update: one iteration of its parallel loop."""
     M = p.shape[0]
@@ -137,7 +137,7 @@ def lookahead_sync(fast, slow, alpha):
     parallel_blocks((M + _BLOCK - 1) // _BLOCK, lookahead_sync_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def lookahead_sync_part(blk, fast, slow, alpha):
     """Part ``blk`` of lookahead_sync: one iteration of its parallel loop."""
     M = fast.shape[0]

@@ -169,7 +169,7 @@ def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     parallel_blocks(N * C, maxpool2d_backward_part, args)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, float_division=True)
 def maxpool2d_backward_part(p, dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     """Part ``p`` of maxpool2d_backward: one iteration of its parallel loop."""
     N, C, H, W = dx.shape
@@ -295,7 +295,7 @@ def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     parallel_blocks(N * C, avgpool2d_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def avgpool2d_backward_part(p, dx, dout, KH, KW, SH, SW, PH, PW):
     """Part ``p`` of avgpool2d_backward: one iteration of its parallel loop."""
     N, C, H, W = dx.shape
@@ -361,7 +361,7 @@ def global_avgpool2d_backward(dx, dy):
     parallel_blocks(N * C, global_avgpool2d_backward_part, args)
 
 
-@kernel()
+@kernel(float_division=True)
 def global_avgpool2d_backward_part(nc, dx, dy):
     """Part ``nc`` of global_avgpool2d_backward: one iteration of its parallel loop."""
     N, C, S = dx.shape
