@@ -427,7 +427,7 @@ MUTANTS = [
       "hi = b.sub(b.sdiv(b.mul(total, b.add(part, ir.Constant(i64, 1))), parts), ir.Constant(i64, 1))",
       ["tests/test_parallel.py", "-k", "once"], inside="_parallel_blocks"),
     M("parallel loop: a cached kernel loads without binding its blocks", PARALLEL,
-      "        context.active_code_library._reload_init.add(\n", "        set().add(\n",
+      "            library._reload_init.add(\n", "            set().add(\n",
       ["tests/test_parallel.py", "-k", "cached"], inside="_parallel_blocks"),
     # cold start
     M("prebuilt kernels' stamp leaves out the JIT flags in _flags.py", "numbacnn/prebuilt.py",

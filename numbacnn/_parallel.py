@@ -92,7 +92,6 @@ def _parallel_blocks(typingctx, n, block, args):
         _reload()
         disp = block.dispatcher
         cres = disp.overloads[callsig.args]
-        name = _symbol(disp, callsig.args)
         i64 = ir.IntType(64)
         i8p = ir.IntType(8).as_pointer()
         module = builder.module
@@ -120,18 +119,24 @@ def _parallel_blocks(typingctx, n, block, args):
         lo = b.sdiv(b.mul(total, part), parts)
         hi = b.sdiv(b.mul(total, b.add(part, ir.Constant(i64, 1))), parts)
         values = [b.extract_value(tup, j) for j in range(len(args))]
-        fnty = context.call_conv.get_function_type(cres.signature.return_type, cres.signature.args)
-        callee = cgutils.get_or_insert_function(module, fnty, name)
+        library = context.active_code_library
+        if hasattr(library, "_reload_init"):
+            # the block is called by its symbol, not linked in: its code is not optimised and emitted
+            # again in every library above it; numba runs the library's hooks before a cached kernel
+            # loads, and the hook binds the symbol
+            fnty = context.call_conv.get_function_type(cres.signature.return_type, cres.signature.args)
+            callee = cgutils.get_or_insert_function(module, fnty, _symbol(disp, callsig.args))
+            library._reload_init.add(
+                functools.partial(_rebind, disp.py_func.__module__, disp.py_func.__qualname__, callsig.args))
+        else:  # numba before 0.60 keeps no hooks on a library: linked in, as numba links its calls
+            callee = context.declare_function(module, cres.fndesc)
+            context.add_linking_libs([cres.library])
         with cgutils.for_range_slice(b, lo, hi, ir.Constant(i64, 1)) as (i, _):
             status, _ = context.call_conv.call_function(b, callee, cres.signature.return_type,
                                                         cres.signature.args, [i, *values])
             with b.if_then(status.is_error, likely=False):
                 b.store_atomic(b.add(i, ir.Constant(i64, 1)), failure, "monotonic", 8)
         b.ret_void()
-        # the block is called by its symbol, not linked in: its code is not optimised and emitted
-        # again in every library above it
-        context.active_code_library._reload_init.add(
-            functools.partial(_rebind, disp.py_func.__module__, disp.py_func.__qualname__, callsig.args))
 
         def call(i):  # block i in the calling thread, raising its exception there
             status, _ = context.call_conv.call_function(builder, callee, cres.signature.return_type,
