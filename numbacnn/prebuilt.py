@@ -221,8 +221,9 @@ class TieredCache:
         return index is not None and not os.path.exists(index)
 
 
-NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run compiles for a few "
-          "minutes (the default digits run about 2 on 2 cores), later runs load them from numba's cache")
+NOTICE = ("numbacnn: compiling kernels for this machine ({why}); the first run compiles for a minute "
+          "or two (the default digits run about 1.5 minutes on 2 cores), later runs load them from "
+          "numba's cache")
 
 
 def _notice_once() -> None:
