@@ -2,13 +2,16 @@
 in range(n), split over numba's threads as a ``prange`` is (blocks [n * t / T, n * (t + 1) / T) on
 part t of T, T = numba.get_num_threads()) and run by numba's own threading layer
 (``numba_parallel_for``, what a prange calls), from a kernel compiled without ``parallel=True``.
+One block runs in the calling thread. The blocks get the arrays lent (no reference counts), as a
+prange body does.
 
 Why not ``prange``: numba compiles a parallel loop as four libraries (the loop body, its gufunc
 wrapper, the function, its Python wrapper), and each links, optimises and emits the machine code of
 every function the body calls again: a dense layer's forward compiled in 5.5 s as a prange over
-its tile function and in 1.5 s this way, the same code at the same speed (docs/performance.md,
-"Compile time"). Here the block is compiled once, as its own function, and called from one small
-loop.
+its tile function and in 1.5 s as a plain loop (docs/performance.md, "Cold start"). Here the block
+is compiled once, as its own function, and called by a symbol bound to its code; a hook that numba
+runs before a cached kernel loads binds it again (numba before 0.60 has no such hooks: there the
+block is linked in, as numba links its calls).
 
 A block that raises (numba's status code) stops no other block; after the loop the first failed
 block found is run again in the calling thread, which raises its exception there (a RuntimeError
