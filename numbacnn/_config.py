@@ -77,7 +77,7 @@ def _compile_at_kernel_opt(compile_sig):
 NO_CACHE_WARNING = (
     "numbacnn: no writable cache directory for numba (the package's directory and the user cache are "
     "read-only), so every process compiles again the kernels that are not prebuilt for this machine "
-    "(about 3 minutes for a training step on 2 cores); set NUMBA_CACHE_DIR to a writable directory to "
+    "(a digits training run: 0.5-1.5 minutes on 2 cores); set NUMBA_CACHE_DIR to a writable directory to "
     "cache them")
 
 
@@ -224,15 +224,14 @@ def get_num_threads() -> int:
 # 300,000, near a millisecond). A training step runs many short parallel regions; with the default,
 # each waiting thread spins through the gaps and takes the core from anything else that wants it:
 # two `python train.py --epochs 4` at once took 2.3-3.3x the time of one after the other on 2 cores,
-# and 1.2-1.3x OMP_WAIT_POLICY=passive's time beside three busy processes. Measured on a 2-core Xeon,
-# interleaved (benchmarks/company.py, benchmarks/spin_ab.py; docs/performance.md, "Sharing the CPU"):
-# 10,000 spins bring those to 0.74x and 1.06-1.09x and keep every benchmark row of the idle machine within
-# the noise of libgomp's default; 5,000 left resnet8's batch-1 inference 3.6 % slower there and 3,000
-# cost batch-1 inference 5 % (1,000: 18 %), while shorter spins share better under heavier steps (two
-# lenet5 trainings at batch 64 at once: 1.08-1.17x with 3,000, about 1.4x with 10,000, PyTorch 1.3-1.45x);
-# passive costs lenet5's training 6-16 % and batch-1 inference 35-50 %, and is respected where the
-# user sets it.
-SPIN_COUNT = "10000"
+# and 1.2-1.3x OMP_WAIT_POLICY=passive's time beside three busy processes. Measured interleaved on
+# 2 cores (benchmarks/company.py, benchmarks/spin_ab.py; docs/performance.md, "Spin"): 5,000 spins
+# bring two at once to 0.67x on a Xeon and 0.85x on an AMD Zen 5 (10,000: 0.74x there, but 1.18-1.26x
+# on the Zen 5, whose shorter steps leave shorter gaps) and 1.06x beside three busy processes; idle
+# machines' benchmark rows stay within 0.98-1.05 of libgomp's default on both (resnet8's batch-1
+# inference 1.036 on the Xeon), where 3,000 cost batch-1 inference 5-11 % (1,000: 18 %). Passive costs
+# lenet5's training 6-16 % and batch-1 inference 35-50 %, and is respected where the user sets it.
+SPIN_COUNT = "5000"
 
 
 def _start_threads() -> None:

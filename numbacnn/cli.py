@@ -759,7 +759,7 @@ SUBCOMMANDS_HELP = """commands (python -m numbacnn COMMAND --help for each):
   predict    the predicted class of each image in a file
   export     a checkpoint as an ONNX model
   report     the training report (HTML) of a checkpoint
-  compile    compile the kernels ahead of the first run (about 3 minutes on 2 cores)"""
+  compile    compile the kernels ahead of the first run (1-3.5 minutes on 2 cores)"""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(
         prog="python -m numbacnn compile",
-        description="Compile the kernels ahead of the first run (about 3 minutes on 2 cores), into "
+        description="Compile the kernels ahead of the first run (1-3.5 minutes on 2 cores), into "
                     "the package's kernel tier, which every later run loads.")
     p.add_argument("--all-levels", action="store_true",
                    help="every instruction-set level (x86-64-v4 and -v3), not only this host's")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
               f"who installed numbacnn)", file=sys.stderr)
         return 1
     levels = list(prebuilt.LEVELS) if args.all_levels else args.level
-    print("numbacnn: compiling the kernels for this Python and CPU (about 3 minutes on 2 cores) ...",
+    print("numbacnn: compiling the kernels for this Python and CPU (1-3.5 minutes on 2 cores) ...",
           flush=True)
     try:
         build(levels)

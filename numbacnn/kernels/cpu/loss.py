@@ -5,6 +5,19 @@ from ..._config import kernel
 from ..._parallel import parallel_blocks
 
 
+@kernel(fastmath=False, inline=True)
+def row_max_and_exp_sum(row):
+    """The stable softmax's two reductions of a row: its maximum m and sum_k exp(row[k] - m) in float64."""
+    m = row[0]
+    for k in range(1, row.shape[0]):
+        if row[k] > m:
+            m = row[k]
+    s = 0.0
+    for k in range(row.shape[0]):
+        s += np.exp(np.float64(row[k] - m))
+    return m, s
+
+
 @kernel(fastmath=False)
 def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
     """losses[n] = -sum_k t[n, k] log softmax(logits[n])[k] with the target t = (1 - smoothing) *
@@ -28,13 +41,7 @@ def softmax_cross_entropy_part(n, dlogits, losses, logits, y, smoothing):
     inv_n = 1.0 / N
     uniform = smoothing / K
     row = logits[n]
-    m = row[0]
-    for k in range(1, K):
-        if row[k] > m:
-            m = row[k]
-    s = 0.0
-    for k in range(K):
-        s += np.exp(np.float64(row[k] - m))
+    m, s = row_max_and_exp_sum(row)
     log_s = np.log(s)
     loss = (1.0 - smoothing) * (log_s - np.float64(row[y[n]] - m))
     if smoothing != 0.0:
@@ -63,12 +70,6 @@ def softmax_part(n, out, logits):
     """Part ``n`` of softmax: one iteration of its parallel loop."""
     N, K = logits.shape
     row = logits[n]
-    m = row[0]
-    for k in range(1, K):
-        if row[k] > m:
-            m = row[k]
-    s = 0.0
-    for k in range(K):
-        s += np.exp(np.float64(row[k] - m))
+    m, s = row_max_and_exp_sum(row)
     for k in range(K):
         out[n, k] = np.float32(np.exp(np.float64(row[k] - m)) / s)
