@@ -312,10 +312,12 @@ def test_philox_matches_the_random123_known_answers_and_the_python_oracle():
 
 
 @pytest.mark.parametrize("n, offset, draw, p", [(1, 0, 0, 0.5), (37, 0, 3, 0.25), (37, 5, 2**33 + 1, 0.9),
-                                                (9000, 4099, 7, 0.1), (6, 2**40 + 3, 1, 0.5)])
+                                                (9000, 4099, 7, 0.1), (6, 2**40 + 3, 1, 0.5),
+                                                (4096, 1, 5, 0.5)])
 def test_dropout_kernel_draws_the_oracle_masks(n, offset, draw, p):
     """Every value's mask against the oracle, at offsets that split a group of four, draw numbers
-    and seeds above 2**32; the state's draw number is advanced by dropout_advance only."""
+    and seeds above 2**32; the state's draw number is advanced by dropout_advance only. 4,096 values
+    from offset 1 span one group more than a parallel block's 1,024 groups of four."""
     seed = 0xDEADBEEF12345678
     state = np.array([seed, draw, offset, 0], np.uint64)
     x = f32(np.random.default_rng(n).standard_normal(n))

@@ -94,11 +94,12 @@ def _levels_this_host_runs():
 def test_kernels_from_numba_s_cache_and_from_the_tier_compute_what_fresh_ones_do(tmp_path):
     """One test around the suite's one cold compile of these kernels (a parallel run cannot split
     it): TRAIN with the tier off, twice over one numba cache, compiling every kernel into the empty
-    cache and then loading them all from it, gives the same bits (with fast-math 'contract', LLVM
-    fused multiply-adds differently in the two, and with 'reassoc' it regrouped BatchNorm's input
-    gradient in a fresh compile only). Then, where a tier is compiled here, every level this host
-    can run (`python -m numbacnn compile` builds the host's; with --all-levels an AVX-512 host also
-    has the x86-64-v3 cap) trains from an empty cache as the compiled run does."""
+    cache and then loading them all from it, gives the same bits (when the parallel loops were prange
+    loops, fast-math 'contract' made LLVM fuse multiply-adds differently in the two, and 'reassoc'
+    regrouped BatchNorm's input gradient in a fresh compile only). Then, where a tier is compiled
+    here, every level this host can run (`python -m numbacnn compile` builds the host's; with
+    --all-levels an AVX-512 host also has the x86-64-v3 cap) trains from an empty cache as the
+    compiled run does."""
     cache = tmp_path / "numba-cache"
     first = _train(cache, NUMBACNN_PREBUILT="0")
     second = _train(cache, NUMBACNN_PREBUILT="0")
