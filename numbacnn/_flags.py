@@ -8,7 +8,7 @@
 # fresh compile and in the code numba's disk cache hands back, so the first run and later runs of
 # the same seed gave different weights. Blocks compiled once (_parallel.py) no longer differ with it
 # (tests/test_prebuilt.py, tests/test_network.py pass with 'contract', 'afn' and 'arcp' on); it stays
-# off so that every result keeps its bits (the FMA blocks fuse explicitly where it pays).
+# off so that every result keeps its bits (the FMA blocks call llvm.fma themselves).
 FASTMATH = set({"nsz", "reassoc"})
 
 # LLVM optimisation level of the kernels (numba's default is 3): about a third less compile time at
