@@ -50,10 +50,17 @@ def dropout_forward(y, mask, x, state, threshold, scale):
         parallel_blocks((M + 4 * _GROUPS - 1) // (4 * _GROUPS), dropout_keep_part, (y, mask, x, scale))
         return
     off = state[2]
-    first = off >> np.uint64(2)  # the group of this process's first value
-    n_groups = np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
+    first, n_groups = group_span(off, M)
     args = (y, mask, x, state, threshold, scale)
     parallel_blocks((n_groups + _GROUPS - 1) // _GROUPS, dropout_forward_part, args)
+
+
+@kernel(inline=True)
+def group_span(off, M):
+    """The groups of four values that a process's M values from global offset ``off`` touch: the
+    first group and their count (the forward's block count and each block's range both use it)."""
+    first = off >> np.uint64(2)  # the group of this process's first value
+    return first, np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
 
 
 @kernel(float_division=True)
@@ -78,8 +85,7 @@ def dropout_forward_part(blk, y, mask, x, state, threshold, scale):
     off = state[2]
     t = np.uint64(threshold)
     zero, keep = np.float32(0.0), np.float32(scale)
-    first = off >> np.uint64(2)  # the group of this process's first value
-    n_groups = np.int64(((off + np.uint64(M) + np.uint64(3)) >> np.uint64(2)) - first)
+    first, n_groups = group_span(off, M)
     g_lo = blk * _GROUPS
     g_hi = min(n_groups, g_lo + _GROUPS)
     for g in range(g_lo, g_hi):
