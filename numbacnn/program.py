@@ -24,6 +24,7 @@ import numpy as np
 from .backend import team as _team
 from .backend.base import GraphError
 from .backend.calls import Call, capture
+from .layers.base import Layer
 
 _FLOAT32 = np.dtype(np.float32)
 
@@ -112,7 +113,8 @@ class StepProgram:
         self.losses = be.empty((batch,), np.float64)
         self.stats = be.empty((2,), np.float64)  # mean loss, correct count
         self.calls: list[Call] | None = None
-        self._start = net.backward_start(False)  # the lowest layer whose backward the step runs
+        # Layer.freeze_changes as recorded: which layers the backward runs and what they differentiate
+        self._frozen = Layer.freeze_changes
         self._compiled: list[Call] = []  # the calls with their compiled entry points
         self._rows: tuple[Any, Any] = (None, None)  # the last training set and its (N, F) view
 
@@ -120,13 +122,13 @@ class StepProgram:
              moves: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[float, int]:
         """``moves``: the batch's augmentation (``Augment.draw``), applied as it is gathered."""
         self._gather(x, y, idx, moves)
-        start = self.net.backward_start(False)  # a freeze or unfreeze since the recording: record anew
+        frozen = Layer.freeze_changes  # a freeze or unfreeze since the recording: record anew
         if self.device is not None:
-            if start != self._start:
-                self.device, self._start = DeviceRuns(self.backend, self._device_run), start
+            if frozen != self._frozen:
+                self.device, self._frozen = DeviceRuns(self.backend, self._device_run), frozen
             self.device()
             stats = self._stats_h
-        elif self.calls is None or start != self._start:
+        elif self.calls is None or frozen != self._frozen:
             self._record()
             stats = self.stats
         else:
@@ -176,7 +178,7 @@ class StepProgram:
         be.read(self._stats_h, self.stats)
 
     def _record(self) -> None:
-        self._start = self.net.backward_start(False)
+        self._frozen = Layer.freeze_changes
         with capture() as calls:
             logits = self._run()
         if not (isinstance(logits, np.ndarray) and logits.flags.c_contiguous):  # pragma: no cover

@@ -116,6 +116,31 @@ def test_layer_matches_oracle(make, shape, ties, plan):
         np.testing.assert_allclose(host(getattr(layer, "d" + k)), g, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("make,shape,plan", [
+    (lambda: nc.Conv2D(2, 3, 3, padding=1), (2, 2, 5, 4), "tiled"),
+    (lambda: nc.Conv2D(2, 3, 3, stride=2), (2, 2, 5, 5), "gather"),
+    (lambda: nc.Dense(50, 33), (37, 50), "")])
+def test_a_frozen_weight_gets_zeros_and_the_other_gradients_match_oracle(make, shape, plan):
+    """A frozen weight's gradient is not computed (zeros, where the last backward left values);
+    its bias's and the input's gradients as the float64 oracle's."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    layer, p = on_gpu(make)
+    if plan:
+        layer._plan = (GatherPlan if plan == "gather" else TiledPlan)(layer.geometry)
+    y = layer.forward(cuda.to_device(x), training=True)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    layer.backward(cuda.to_device(dy))
+    assert np.any(host(layer.dweight))
+    layer.freeze("weight")
+    layer.forward(cuda.to_device(x), training=True)
+    dx = host(layer.backward(cuda.to_device(dy)))
+    _, edx, egrads = oracle(layer, x, dy, p)
+    np.testing.assert_array_equal(host(layer.dweight), 0)
+    np.testing.assert_allclose(dx, edx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(layer.dbias), egrads["bias"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("make,shape,chunks,tiles", [
     # forward 32 x 32 (2 x 2 tiles, 5 slices), dx 32 x 128 (2 tiles), dw 32 x 32 (2 x 3 tiles)
     (lambda: nc.Conv2D(8, 37, 3, stride=2, padding=1), (2, 8, 9, 11), 1, ((32, 32), (32, 128), (32, 32))),

@@ -228,6 +228,30 @@ def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
 
 
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
+def test_a_frozen_weight_gets_no_gradient_and_the_rest_are_unchanged_on_every_path(rng, name):
+    """Every convolution's and Dense layer's weight frozen, their biases training: the plans skip
+    the weight gradients (zeros, not computed), and the biases' gradients and dL/dx are the full
+    backward's bit for bit."""
+    net, _, shape = _strategy_net(name)
+    x = f32(rng.standard_normal((11,) + shape))
+    y = rng.integers(0, 3, 11)
+    d = nc.softmax_cross_entropy(net.forward(x, training=True), y)[1]
+    full_dx = net.backward(d).copy()
+    full = net.grad_dict()
+    frozen = []
+    for i, layer in enumerate(net.layers):
+        if isinstance(layer, (nc.Conv2D, nc.Dense)):
+            layer.freeze("weight")
+            frozen.append(f"{i}.weight")
+    net.forward(x, training=True)
+    np.testing.assert_array_equal(net.backward(d), full_dx)
+    got = net.grad_dict()
+    assert sorted(net.frozen()) == sorted(frozen) and all(np.any(full[k]) for k in frozen)
+    for k, g in full.items():
+        np.testing.assert_array_equal(got[k], np.zeros_like(g) if k in frozen else g, err_msg=k)
+
+
+@pytest.mark.parametrize("name", list(STRATEGY_NETS))
 def test_oracle_network_gradients_match_finite_differences(rng, name):
     """The oracle's backward itself, against central differences on a sample of entries."""
     net, spec, shape = _strategy_net(name)

@@ -146,7 +146,9 @@ def test_a_frozen_trunk_costs_no_backward_and_the_head_gets_the_same_gradients(r
 
 def test_recorded_steps_follow_a_freeze_and_an_unfreeze_as_the_layers_do():
     """A trainer's recorded step (replayed kernel calls) records anew when the frozen set changes:
-    the same weights as the layers' own steps, bit for bit, and a trunk unfrozen again trains."""
+    the same weights as the layers' own steps, bit for bit, and a trunk unfrozen again trains; so
+    does a weight above the first trained layer (the backward's extent is the same: the step's
+    calls then differ only in whether that weight is differentiated)."""
     rng = np.random.default_rng(7)
     x = f32(rng.random((12, 1, 8, 8)))
     y = np.arange(12) % 3
@@ -167,6 +169,16 @@ def test_recorded_steps_follow_a_freeze_and_an_unfreeze_as_the_layers_do():
         net.layers[0].freeze()
         tr.fit(x, y, 3)
         np.testing.assert_array_equal(net.state_dict()["0.weight"], trained)
+        net.layers[0].unfreeze()
+        net.layers[4].freeze("weight")  # the second convolution's weight
+        before = net.state_dict()
+        tr.fit(x, y, 4)
+        after = net.state_dict()
+        np.testing.assert_array_equal(after["4.weight"], before["4.weight"])
+        assert not np.array_equal(after["4.bias"], before["4.bias"])
+        net.layers[4].unfreeze()  # the backward's extent is the same, its calls are not
+        tr.fit(x, y, 5)
+        assert not np.array_equal(net.state_dict()["4.weight"], after["4.weight"])
         runs.append(net.state_dict())
     for k in runs[0]:
         np.testing.assert_array_equal(runs[0][k], runs[1][k], err_msg=k)

@@ -110,8 +110,9 @@ class ConvPlan:
         raise NotImplementedError
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
-                 relu: bool, pool: Pair | None) -> Any:
-        """Writes dweight and dbias (overwriting); returns dx (N, Ci, H, W), or None."""
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
+        """Writes dweight (zeros unless ``need_dw``: a frozen weight costs no gradient work) and
+        dbias, overwriting them; returns dx (N, Ci, H, W), or None."""
         raise NotImplementedError
 
 
@@ -256,9 +257,9 @@ class Backend:
     def dense_forward(self, y, x, w, b) -> None:
         launch(self.kernels.dense_forward, y, x, w, b)
 
-    def dense_backward(self, dx, dw, db, dy, x, w) -> None:
-        """dx may be None (input gradient not needed)."""
-        launch(self.kernels.dense_backward, dx, dw, db, dy, x, w, dx is not None)
+    def dense_backward(self, dx, dw, db, dy, x, w, need_dw: bool = True) -> None:
+        """dx may be None (input gradient not needed); dw is zeros unless ``need_dw``."""
+        launch(self.kernels.dense_backward, dx, dw, db, dy, x, w, dx is not None, need_dw)
 
     def relu_forward(self, y, x) -> None:
         launch(self.kernels.relu_forward, y, x)

@@ -70,5 +70,5 @@ class CpuBackend(Backend):
             plan = GemmPlan
         return plan(geometry)
 
-    def dense_backward(self, dx, dw, db, dy, x, w) -> None:
-        launch(K.dense_backward, _NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None)
+    def dense_backward(self, dx, dw, db, dy, x, w, need_dw: bool = True) -> None:
+        launch(K.dense_backward, _NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None, need_dw)

@@ -91,7 +91,7 @@ class CpuConvPlan(ConvPlan):
         return ws.buf("y", (n, co, oh, ow)), argmax
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
-                 relu: bool, pool: Pair | None) -> Any:
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         x = ws["x"]
         n = x.shape[0]
         chunks = _config.grad_parts(n)
@@ -99,14 +99,14 @@ class CpuConvPlan(ConvPlan):
         dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
         dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
         db_parts = ws.buf("db_parts", (chunks, g.out_channels))
-        self._backward(ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool)
+        self._backward(ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool)
         dwp = dweight.transpose(self.parts_axes)  # dweight in the parts' axis order
         launch(K.sum_parts, dweight.reshape(-1), dbias, dw_parts.reshape(chunks, -1), db_parts, dwp.shape,
                tuple(s // dwp.itemsize for s in dwp.strides))
         return dx if need_dx else None
 
-    def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, relu: bool,
-                  pool: Pair | None) -> None:
+    def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, need_dw: bool,
+                  relu: bool, pool: Pair | None) -> None:
         raise NotImplementedError
 
     def pooled_y(self, ws: Workspace, pool: Pair | None) -> np.ndarray:
@@ -166,7 +166,7 @@ class WidePlan(CpuConvPlan):
                wide_blocks(g, x.shape), backward)
         return y
 
-    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
         g = self.geometry
         x, argmax = ws["x"], ws["pool_argmax"]
         hp, wp, L = self._geometry(x)
@@ -177,7 +177,7 @@ class WidePlan(CpuConvPlan):
                ws.buf("bcols", self._cols_shape(gl)),
                ws.buf("dcols", (self.slots, g.ckk, gl) if need_dx else (self.slots, 1, 1)),
                ws.buf("dpad", self._pad_shape(hp, wp)), *self.pooled_workspaces(ws, pool),
-               dy, x, weight, self.pooled_y(ws, pool), argmax, *g.padding, group, need_dx, relu,
+               dy, x, weight, self.pooled_y(ws, pool), argmax, *g.padding, group, need_dx, need_dw, relu,
                *(pool or (0, 0)), self.direct)
 
 
@@ -232,7 +232,7 @@ class PositionsPlan(CpuConvPlan):
         return _offsets(ws, *g.out_hw(h, w), g.stride[0] * (w + 2 * g.padding[1]), g.stride[1],
                         g.in_channels)
 
-    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
         g = self.geometry
         (kh, kw), ci, co = g.kernel, g.in_channels, g.out_channels
         x, argmax = ws["x"], ws["pool_argmax"]
@@ -257,7 +257,7 @@ class PositionsPlan(CpuConvPlan):
                ws.buf("dcols", (self.slots, group * L, g.ckk) if cols_dx else (self.slots, 1, 1)),
                ws.buf("xt", self._xt_shape(x)), *self.pooled_workspaces(ws, pool),
                dy, x, wk, self.pooled_y(ws, pool), argmax, *g.stride, *g.padding, kh, kw, group, need_dx,
-               relu, *(pool or (0, 0)), *positions_gemm_rows(g, group * L), wr, gp, dxw, xo)
+               need_dw, relu, *(pool or (0, 0)), *positions_gemm_rows(g, group * L), wr, gp, dxw, xo)
 
     @property
     def fma_input_gradient(self) -> bool:
@@ -354,13 +354,13 @@ class GemmPlan(CpuConvPlan):
         launch(K.conv2d_forward_gemm, y, cols, x, weight, bias, *g.stride, *g.padding, relu)
         return y
 
-    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, relu, pool) -> None:
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
         g = self.geometry
         chunks, positions = dw_parts.shape[0], dy.shape[2] * dy.shape[3]
         g_tmp = ws.buf("g_tmp", (chunks, g.out_channels, positions) if relu else (chunks, 1, 1))
         dcols = ws.buf("dcols", (chunks, g.ckk, positions) if need_dx else (chunks, 1, 1))
         launch(K.conv2d_backward_gemm, dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
-               *g.stride, *g.padding, need_dx, relu)
+               *g.stride, *g.padding, need_dx, need_dw, relu)
 
 
 # Winograd blocks hold about WINOGRAD_TILES 2x2 output tiles (whole tile rows): their 16 GEMMs
@@ -500,11 +500,11 @@ class WinogradPlan(CpuConvPlan):
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
-                 relu: bool, pool: Pair | None) -> Any:
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         """As CpuConvPlan.backward, but the parts hold the weight gradient's transforms (Co, 16, Ci):
         they are added first and transformed once."""
         if not self.ran_winograd:
-            return self.fallback.backward(ws, dy, weight, dweight, dbias, need_dx, relu, pool)
+            return self.fallback.backward(ws, dy, weight, dweight, dbias, need_dx, need_dw, relu, pool)
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
         x, argmax = ws["x"], ws["pool_argmax"]
@@ -537,7 +537,7 @@ class WinogradPlan(CpuConvPlan):
                ws.buf("byw", (self.slots, 4 * rows * twx * ci if need_dx else 1)),
                ws.buf("sw", (self.slots, 8 * (max(tw, twx) + 1) * max(ci, co))),
                zb, *self.pooled_workspaces(ws, pool),
-               dy, x, u2, self.pooled_y(ws, pool), argmax, *g.padding, rows, cap, need_dx, relu,
+               dy, x, u2, self.pooled_y(ws, pool), argmax, *g.padding, rows, cap, need_dx, need_dw, relu,
                *(pool or (0, 0)))
         du = ws.buf("du", (co, 16, ci))
         launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (co, 16, ci, 1), (16 * ci, ci, 1, 1))

@@ -27,11 +27,11 @@ class GatherPlan(ConvPlan):
         return y
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
-                 relu: bool, pool: Pair | None) -> Any:
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         x, y = ws["x"], ws["y"]
         dx = ws.buf("dx", x.shape) if need_dx else None
         launch(KC.conv2d_backward_gather, dx, dweight, dbias, ws.buf("g", dy.shape), dy, x, weight, y,
-               *self.geometry.stride, *self.geometry.padding, need_dx, relu)
+               *self.geometry.stride, *self.geometry.padding, need_dx, need_dw, relu)
         return dx
 
 
@@ -45,10 +45,10 @@ class TiledPlan(GatherPlan):
         return KC.conv2d_forward_tiled
 
     def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
-                 relu: bool, pool: Pair | None) -> Any:
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         x, y = ws["x"], ws["y"]
         dx = ws.buf("dx", x.shape) if need_dx else None
         parts = ws.buf("parts", (KC.dw_workspace_size(x.shape, weight.shape, dy.shape),))
         launch(KC.conv2d_backward_tiled, dx, dweight, dbias, ws.buf("g", dy.shape), parts, dy, x,
-               weight, y, *self.geometry.stride, *self.geometry.padding, need_dx, relu)
+               weight, y, *self.geometry.stride, *self.geometry.padding, need_dx, need_dw, relu)
         return dx

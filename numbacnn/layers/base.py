@@ -151,7 +151,8 @@ class Layer:
     def freeze(self, *names: str) -> Layer:
         """Stop training these parameters (all of the layer's when none are named; a block's by
         their nested names, "body.0.weight"): optimizers leave them unchanged, ``state_dict`` and
-        checkpoints keep them. Returns the layer."""
+        checkpoints keep them, and a convolution's or Dense layer's frozen weight costs no gradient
+        work (its gradient is zeros). Returns the layer."""
         self._set_frozen(self._param_args(names, "freeze"), True)
         return self
 

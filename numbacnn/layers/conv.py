@@ -185,7 +185,7 @@ class Conv2D(Layer):
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         return self.plan.backward(self._buffers, dy, self.weight, self.dweight, self.dbias, need_dx,
-                                  self.fusion.relu, self.fusion.pool)
+                                  not self.is_frozen("weight"), self.fusion.relu, self.fusion.pool)
 
     def infer(self, x: np.ndarray) -> np.ndarray:
         """With a following BatchNorm2D folded in (``fusion.infer_bn``): its running statistics and affine

@@ -83,7 +83,8 @@ class Dense(Layer):
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n, self.out_features))
         dx = self._buf("dx", self._input()) if need_dx else None
-        self.backend.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight)
+        self.backend.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight,
+                                    not self.is_frozen("weight"))
         return dx
 
     def get_config(self) -> dict[str, Any]:

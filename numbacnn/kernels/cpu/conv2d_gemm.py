@@ -126,25 +126,25 @@ def conv2d_forward_gemm_block(n, out, cols, x, w, b, SH, SW, PH, PW, relu):
 
 @kernel()
 def conv2d_backward_gemm(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
-                    need_dx, relu):
+                    need_dx, need_dw, relu):
     """Gradients of conv2d_forward_gemm; the batch is split into P = dw_parts.shape[0] parts
     (part_bounds), and part c writes dw_parts[c] and db_parts[c] (reduce them with
     sum_parts). With relu, dout is first masked where the forward output y was not positive.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW), zeros unless need_dw;
     db_parts: (P, Co); dcols: (P, Ci*KH*KW, OH*OW) workspace;
     g_tmp: (P, Co, OH*OW) workspace; dout, y: (N, Co, OH, OW); cols: the forward's im2col
     cache (N, Ci*KH*KW, OH*OW).
     """
     P = dw_parts.shape[0]
     # each part writes its own gradient parts, workspaces and dx[n]
-    args = (dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW, need_dx, relu)
+    args = (dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW, need_dx, need_dw, relu)
     parallel_blocks(P, conv2d_backward_gemm_part, args)
 
 
 @kernel(float_division=True)
 def conv2d_backward_gemm_part(c, dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
-                              need_dx, relu):
+                              need_dx, need_dw, relu):
     """Part ``c`` of conv2d_backward_gemm: one iteration of its parallel loop."""
     N = dout.shape[0]
     Co, Ci, KH, KW = w.shape
@@ -168,9 +168,9 @@ def conv2d_backward_gemm_part(c, dx, dw_parts, db_parts, dcols, g_tmp, dout, col
             g = gm
         gf = g.reshape(Co * OHW)
         add_row_sums(dbc, gf, OHW, OHW, False)
-        # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
-        sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
-              0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)
+        if need_dw:  # dW (Co, ckk) += g (Co, OHW) @ cols[n].T (OHW, ckk)
+            sgemm(False, True, Co, ckk, OHW, np.float32(1.0), gf, 0, OHW, cols[n].reshape(ckk * OHW),
+                  0, OHW, np.float32(1.0), acc.reshape(Co * ckk), 0, ckk)
         if need_dx:
             # dcols (ckk, OHW) = W.T (ckk, Co) @ g (Co, OHW)
             sgemm(True, False, ckk, OHW, Co, np.float32(1.0), wf, 0, ckk, gf, 0, OHW,

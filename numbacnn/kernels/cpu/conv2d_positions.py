@@ -412,16 +412,16 @@ def conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, S
 
 @kernel()
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x,
-                              wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH,
-                              PKW, KB, MB, wr, gp, dxw, xo):
+                              wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, need_dw, relu,
+                              PKH, PKW, KB, MB, wr, gp, dxw, xo):
     """Gradients of conv2d_forward_positions. The batch is split into P = dw_parts.shape[0]
     parts (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts);
     its GEMMs cover ``group`` examples at a time.
     With relu, dout is masked where the forward output y was not positive; with a fused
     PKH x PKW max pool (PKH > 0), dout and argmax are the pool's and y is not read.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci) -- the weight
-    gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, KH, KW, Ci), zeros unless need_dw --
+    the weight gradient in the columns' (ky, kx, ci) order, which the caller permutes; db_parts:
     (P, Co); wk: the weight as (Co, KH, KW, Ci); x: the forward's input.
     KB and MB (positions_gemm_rows, from the shapes only) cut the GEMMs into pieces: the weight
     gradient's sum over positions in runs of KB positions, accumulated in order, and the input
@@ -439,14 +439,14 @@ def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask
     P = dw_parts.shape[0]
     # each part writes its own gradient parts and dx[n], in its thread's workspaces
     args = (dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x, wk, y, argmax, SH, SW, PH, PW,
-            KH, KW, group, need_dx, relu, PKH, PKW, KB, MB, wr, gp, dxw, xo)
+            KH, KW, group, need_dx, need_dw, relu, PKH, PKW, KB, MB, wr, gp, dxw, xo)
     parallel_blocks(P, conv2d_backward_positions_part, args)
 
 
 @kernel(float_division=True)
 def conv2d_backward_positions_part(c, dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x, wk,
-                                   y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, relu, PKH, PKW, KB, MB,
-                                   wr, gp, dxw, xo):
+                                   y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, need_dw, relu, PKH, PKW,
+                                   KB, MB, wr, gp, dxw, xo):
     """Part ``c`` of conv2d_backward_positions: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co = wk.shape[0]
@@ -466,16 +466,19 @@ def conv2d_backward_positions_part(c, dx, dw_parts, db_parts, gw, cols, dcols, x
     xtf = xt[t].reshape(xt.shape[1] * Ci)
     dwf = dw_parts[c].reshape(Co * ckk)
     dbc = db_parts[c]
+    if not need_dw:
+        dwf[:] = zero
     for g0 in range(0, E, group):
         G = min(group, E - g0)
         for e in range(G):
             n = n0 + g0 + e
-            _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW, 0, OH)
+            if need_dw:
+                _im2col_positions(cf[e * L * ckk:], xtf, x[n], PH, PW, KH, KW, SH, SW, 0, OH)
             grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW,
                       gmask[t], gidx[t])
         add_row_sums(dbc, gf, PG, G * L, g0 == 0)
         # dW (Co, ckk) (+)= g (Co, G*L) @ cols (G*L, ckk), KB positions at a time
-        for k0 in range(0, G * L, KB):
+        for k0 in range(0, G * L if need_dw else 0, KB):
             kn = min(KB, G * L - k0)
             gemm_nn_add(dwf, 0, ckk, gf, k0, PG, cf, k0 * ckk, ckk, Co, ckk, kn, g0 == 0 and k0 == 0)
         if need_dx and xo.shape[0] > 0:

@@ -215,7 +215,7 @@ def conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, r
 
 @kernel()
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w,
-                         y, argmax, PH, PW, group, need_dx, relu, PKH, PKW, direct):
+                         y, argmax, PH, PW, group, need_dx, need_dw, relu, PKH, PKW, direct):
     """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts
     (part_bounds); part c writes dw_parts[c] and db_parts[c] (reduce them with sum_parts); its
     GEMMs cover ``group`` examples side by side.
@@ -224,7 +224,7 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     With direct, the weight gradient comes from conv2d_direct.direct_weight_grad, example by
     example, and cols is not used.
 
-    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW);
+    dx: (N, Ci, H, W), written when need_dx; dw_parts: (P, Co, Ci*KH*KW), zeros unless need_dw;
     db_parts: (P, Co); dout, y: the forward's output shape; x: the forward's input.
     Workspaces, indexed by thread: gw (T, Co, group * L); cols and dcols
     (T, Ci*KH*KW, group * L); pad (T, Ci, H + 2PH, W + 2PW) when padded; gmask
@@ -234,13 +234,13 @@ def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gi
     P = dw_parts.shape[0]
     # each part writes its own gradient parts and dx[n], in its thread's workspaces
     args = (dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w, y, argmax, PH, PW, group,
-            need_dx, relu, PKH, PKW, direct)
+            need_dx, need_dw, relu, PKH, PKW, direct)
     parallel_blocks(P, conv2d_backward_wide_part, args)
 
 
 @kernel(float_division=True)
 def conv2d_backward_wide_part(c, dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w, y,
-                              argmax, PH, PW, group, need_dx, relu, PKH, PKW, direct):
+                              argmax, PH, PW, group, need_dx, need_dw, relu, PKH, PKW, direct):
     """Part ``c`` of conv2d_backward_wide: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co, _, KH, KW = w.shape
@@ -261,6 +261,8 @@ def conv2d_backward_wide_part(c, dx, dw_parts, db_parts, gw, cols, dcols, pad, g
     cf = cols[t].reshape(cols.shape[1] * cols.shape[2])
     dwf = dw_parts[c].reshape(Co * ckk)
     dbc = db_parts[c]
+    if not need_dw:
+        dwf[:] = zero
     for g0 in range(0, E, group):
         G = min(group, E - g0)
         for e in range(G):
@@ -268,14 +270,14 @@ def conv2d_backward_wide_part(c, dx, dw_parts, db_parts, gw, cols, dcols, pad, g
             xp = _plane(pad[t], x[n], PH, PW)
             grad_rows(gf, e * L, PG, dout[n], y[n], argmax[n], Wp, L, relu, PKH, PKW,
                       gmask[t], gidx[t])
-            if direct:
+            if need_dw and direct:
                 plane = xp.shape[1] * Wp
                 direct_weight_grad(dwf, gf[e * L:], PG, xp.reshape(Ci * plane), Co, Ci, plane,
                                    KH, KW, Wp, L, g0 + e == 0)
-            else:
+            elif need_dw:
                 im2col_wide(cf[e * L:], PG, xp, KH, KW, Wp, L)
         add_row_sums(dbc, gf, PG, G * L, g0 == 0)  # junk columns and unpooled positions are zero
-        if not direct:  # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
+        if need_dw and not direct:  # dW (Co, ckk) (+)= g (Co, G*L) @ cols (ckk, G*L).T
             sgemm(False, True, Co, ckk, G * L, np.float32(1.0), gf, 0, PG, cf, 0, PG,
                   np.float32(1.0) if g0 > 0 else zero, dwf, 0, ckk)
         if need_dx:

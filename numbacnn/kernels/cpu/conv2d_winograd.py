@@ -308,7 +308,12 @@ def winograd_filter_gradient(dw, du):
 @kernel()
 def _weight_gemms(duf, mf, vf, Co, Ci, TB, KM, KV, first):
     """dU[:, k, :] (Co, Ci) (+)= dM[k]^T (Co, TB) @ V[k] (TB, Ci) for the 16 k (matrices k at
-    k * KM and k * KV floats in mf and vf; duf: flat (Co, 16, Ci)); overwrites when first."""
+    k * KM and k * KV floats in mf and vf; duf: flat (Co, 16, Ci)); overwrites when first (with
+    zeros when TB is 0)."""
+    if TB == 0:
+        if first:
+            duf[:] = np.float32(0.0)
+        return
     for k in range(16):
         if Ci % 16 == 0:
             gemm_tn(duf, k * Ci, 16 * Ci, mf, k * KM, Co, vf, k * KV, Ci, Co, Ci, TB, first)
@@ -432,14 +437,15 @@ def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, P
 
 @kernel()
 def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb,
-                             gmask, gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, relu,
-                             PKH, PKW):
+                             gmask, gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, need_dw,
+                             relu, PKH, PKW):
     """Gradients of conv2d_forward_winograd. The batch is split into P = du_parts.shape[0] parts
     (part_bounds); part c writes du_parts[c], its weight gradient's transform dU (Co, 16, Ci)
     (sum_parts adds the parts, winograd_filter_gradient turns the sum into the filters'
-    gradient), db_parts[c] and dx of its examples. With relu, dout is masked where y was not
-    positive; with a fused pool, dout and argmax are the pool's (the weight gradient then sums
-    over the forward's tiles only: the outputs that the pool does not read have no gradient).
+    gradient; zeros unless need_dw), db_parts[c] and dx of its examples. With relu, dout is
+    masked where y was not positive; with a fused pool, dout and argmax are the pool's (the weight
+    gradient then sums over the forward's tiles only: the outputs that the pool does not read have
+    no gradient).
 
     U2: the rotated transformed filters (16, Co, Ci) (winograd_filters, rotate True); TR: tile
     rows per block; CAP: tiles per weight-gradient GEMM at most (at least TR * TW): a part's
@@ -453,13 +459,14 @@ def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, m
     P = du_parts.shape[0]
     # each part writes its own gradient parts and dx[n], in its thread's workspaces
     args = (dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb, gmask, gidx, dout, x, U2, y,
-            argmax, PH, PW, TR, CAP, need_dx, relu, PKH, PKW)
+            argmax, PH, PW, TR, CAP, need_dx, need_dw, relu, PKH, PKW)
     parallel_blocks(P, conv2d_backward_winograd_part, args)
 
 
 @kernel(float_division=True)
 def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb, gmask,
-                                  gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, relu, PKH, PKW):
+                                  gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, need_dw, relu, PKH,
+                                  PKW):
     """Part ``c`` of conv2d_backward_winograd: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co = U2.shape[1]
@@ -467,6 +474,7 @@ def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw
     OW = W + 2 * PW - 2
     L = OH * OW
     TH, TW = winograd_tiles(OH, OW, PKH, PKW)  # the output's tiles (the weight gradient's)
+    TD = TH if need_dw else 0  # the weight gradient's tile rows: none for a frozen weight
     Hx = min(H, min(OH, 2 * TH) + 2 - PH)  # the input rows and columns that the tiles' outputs read:
     Wx = min(W, min(OW, 2 * TW) + 2 - PW)  # the rest of dx is zero
     THx, TWx = (Hx + 1) // 2, (Wx + 1) // 2  # the input gradient's tiles
@@ -489,8 +497,9 @@ def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw
         grad_rows(gf, 0, L, dout[n], y[n], argmax[n], OW, L, relu, PKH, PKW, gmask[t], gidx[t])
         add_row_sums(db_parts[c], gf, L, L, n == n0)
         _plane(gp, gf[:Co * L].reshape((Co, OH, OW)), 2 - PH, 2 - PW, Wg, 0, Hg)
-        _plane(pf, x[n], PH, PW, Wt, 0, 2 * TH + 2)
-        for t0 in range(0, TH, TR):
+        if TD > 0:
+            _plane(pf, x[n], PH, PW, Wt, 0, 2 * TH + 2)
+        for t0 in range(0, TD, TR):
             R = min(TR, TH - t0)
             if filled + R * TW > CAP:
                 _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
@@ -512,4 +521,4 @@ def conv2d_backward_winograd_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw
             if Hx < H or Wx < W:
                 dx[n][:, Hx:] = np.float32(0.0)
                 dx[n][:, :Hx, Wx:] = np.float32(0.0)
-    _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)
+    _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)  # zeros when no tile was collected

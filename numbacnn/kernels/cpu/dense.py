@@ -54,12 +54,12 @@ def forward_grid(N, F_in, F_out):
 
 
 @kernel()
-def backward_grid(N, F_in, F_out, need_dx):
+def backward_grid(N, F_in, F_out, need_dx, need_dw):
     """(input features, output features of dw, rows of dx) of dense_backward's tiles: 16 input
     feature blocks x 2 (more for batches over 128: at most MAX_TILE_ROWS rows of dx, and as many
     blocks of dw); where a tile would hold fewer than MIN_TILE_WORK multiply-adds, first all output
-    features and rows in one tile (16 x 1: each tile then makes its block of dw and, when
-    need_dx, of dx), then fewer input-feature blocks."""
+    features and rows in one tile (16 x 1: each tile then makes its block of dw when need_dw and of
+    dx when need_dx), then fewer input-feature blocks."""
     ib = tile(F_in, 16, 64)
     if F_in >= 32:  # whole 32-wide FMA blocks (a block of 100 columns ran 7 of 16 instead)
         ib = -(-ib // 32) * 32
@@ -68,7 +68,7 @@ def backward_grid(N, F_in, F_out, need_dx):
     if min(ob * N, rb * F_out) * ib < MIN_TILE_WORK:
         ob = F_out
         rb = N
-    products = 2 if need_dx else 1
+    products = max(1, int(need_dx) + int(need_dw))
     while ib < F_in and products * N * F_out * ib < MIN_TILE_WORK:
         ib *= 2
     return ib, ob, rb
@@ -118,8 +118,9 @@ def _forward_tile(out, xf, wf, of, b, t, n_f, rb, fb):
 
 
 @kernel()
-def dense_backward(dx, dw, db, dout, x, w, need_dx):
-    """dw = dout.T @ x, db = dout summed over the batch, dx = dout @ w when need_dx.
+def dense_backward(dx, dw, db, dout, x, w, need_dx, need_dw):
+    """dw = dout.T @ x when need_dw (else zeros), db = dout summed over the batch, dx = dout @ w
+    when need_dx.
 
     dx: (N, F_in); dw: (F_out, F_in); db: (F_out,); dout: (N, F_out); x: (N, F_in); w: (F_out, F_in).
     Tile (i, j) of the grid (backward_grid): input-feature block i, with output-feature block j
@@ -127,11 +128,14 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
     """
     N, F_in = x.shape
     F_out = w.shape[0]
-    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx)
-    n_o = -(-F_out // ob)
+    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx, need_dw)
+    n_o = -(-F_out // ob) if need_dw else 0
     n_r = -(-N // rb) if need_dx else 0
+    if not need_dw:
+        dw[:] = np.float32(0.0)
     # disjoint tiles of dw and dx
-    parallel_blocks(-(-F_in // ib) * max(n_o, n_r), dense_backward_block, (dx, dw, db, dout, x, w, need_dx))
+    parallel_blocks(-(-F_in // ib) * max(n_o, n_r), dense_backward_block,
+                    (dx, dw, db, dout, x, w, need_dx, need_dw))
     for j in range(F_out):  # bias: examples in order
         s = np.float32(0.0)
         for n in range(N):
@@ -140,7 +144,7 @@ def dense_backward(dx, dw, db, dout, x, w, need_dx):
 
 
 @kernel(float_division=True)
-def dense_backward_block(t, dx, dw, db, dout, x, w, need_dx):
+def dense_backward_block(t, dx, dw, db, dout, x, w, need_dx, need_dw):
     """Tile t of dense_backward's grid."""
     N, F_in = x.shape
     F_out = w.shape[0]
@@ -149,8 +153,8 @@ def dense_backward_block(t, dx, dw, db, dout, x, w, need_dx):
     gf = dout.reshape(N * F_out)
     dwf = dw.reshape(F_out * F_in)
     dxf = dx.reshape(dx.size)
-    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx)
-    n_o = -(-F_out // ob)
+    ib, ob, rb = backward_grid(N, F_in, F_out, need_dx, need_dw)
+    n_o = -(-F_out // ob) if need_dw else 0
     n_r = -(-N // rb) if need_dx else 0
     n_j = max(n_o, n_r)
     i0 = (t // n_j) * ib

@@ -1,5 +1,5 @@
 """Launch helpers for the CUDA kernels: launch configurations on the package's launch stream, 1-D
-grids of one thread per output element, block reductions."""
+grids of one thread per output element, block reductions, zero fills."""
 import functools
 import math
 
@@ -48,6 +48,18 @@ def on(blocks, threads):
 def grid(n: int):
     """The launch configuration of a 1-D grid covering n elements."""
     return on(max(1, math.ceil(n / THREADS)), THREADS)
+
+
+@cuda.jit
+def _zero(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] = 0.0
+
+
+def zero_fill(a) -> None:
+    """Zeros into the contiguous device array a (a frozen weight's gradient)."""
+    _zero[grid(a.size)](a.reshape(a.size))
 
 
 @cuda.jit(device=True)

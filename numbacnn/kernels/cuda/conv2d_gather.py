@@ -6,7 +6,7 @@ over the batch inside one thread per weight element (a fixed order: deterministi
 """
 from numba import cuda
 
-from ._launch import grid, unravel4
+from ._launch import grid, unravel4, zero_fill
 
 
 @cuda.jit
@@ -91,7 +91,8 @@ def _backward_dw(dw, g, x, SH, SW, PH, PW):
 
 
 @cuda.jit
-def _backward_db(db, g):
+def bias_gradient(db, g):
+    """db[co]: the sum of g (N, Co, OH, OW) over examples and positions, one thread a channel."""
     N, Co, OH, OW = g.shape
     co = cuda.grid(1)
     if co >= Co:
@@ -109,10 +110,14 @@ def conv2d_forward_gather(out, x, w, b, SH, SW, PH, PW, relu):
     _forward[grid(out.size)](out, x, w, b, SH, SW, PH, PW, relu)
 
 
-def conv2d_backward_gather(dx, dw, db, g, dout, x, w, y, SH, SW, PH, PW, need_dx, relu):
-    """dx, dw, db from dout; g (same shape as dout) is a workspace for the ReLU-masked gradient."""
+def conv2d_backward_gather(dx, dw, db, g, dout, x, w, y, SH, SW, PH, PW, need_dx, need_dw, relu):
+    """dx (when need_dx), dw (zeros unless need_dw), db from dout; g (same shape as dout) is a
+    workspace for the ReLU-masked gradient."""
     _grad_out[grid(g.size)](g, dout, y, relu)
     if need_dx:
         _backward_dx[grid(dx.size)](dx, g, w, SH, SW, PH, PW)
-    _backward_dw[grid(dw.size)](dw, g, x, SH, SW, PH, PW)
-    _backward_db[grid(db.size)](db, g)
+    if need_dw:
+        _backward_dw[grid(dw.size)](dw, g, x, SH, SW, PH, PW)
+    else:
+        zero_fill(dw)
+    bias_gradient[grid(db.size)](db, g)

@@ -16,7 +16,8 @@ import math
 
 from numba import config, cuda, float32, int32
 
-from ._launch import on
+from ._launch import grid, on, zero_fill
+from .conv2d_gather import bias_gradient
 
 BK = 16   # reduction slice staged per step
 TD = 16   # threads per block side
@@ -348,9 +349,10 @@ def conv2d_forward_tiled(out, x, w, b, SH, SW, PH, PW, relu):
     KERNELS[shape][0][on(_grid(Co, N * OH * OW, shape), (TD, TD))](out, x, w, b, SH, SW, PH, PW, relu)
 
 
-def conv2d_backward_tiled(dx, dw, db, g, parts, dout, x, w, y, SH, SW, PH, PW, need_dx, relu):
-    """dx, dw, db from dout. g (dout's shape): a workspace for the ReLU-masked gradient (unused
-    without a fused ReLU); parts: dw_workspace_size floats for the weight gradient's chunks."""
+def conv2d_backward_tiled(dx, dw, db, g, parts, dout, x, w, y, SH, SW, PH, PW, need_dx, need_dw, relu):
+    """dx (when need_dx), dw (zeros unless need_dw), db from dout. g (dout's shape): a workspace for
+    the ReLU-masked gradient (unused without a fused ReLU); parts: dw_workspace_size floats for the
+    weight gradient's chunks."""
     if relu:
         n = g.size
         _grad_out[on(math.ceil(n / 256), 256)](g.reshape(n), dout.reshape(n), y.reshape(n))
@@ -361,6 +363,10 @@ def conv2d_backward_tiled(dx, dw, db, g, parts, dout, x, w, y, SH, SW, PH, PW, n
         N, _, H, W = dx.shape
         shape = tile(Ci, N * H * W)
         KERNELS[shape][1][on(_grid(Ci, N * H * W, shape), (TD, TD))](dx, g, w, SH, SW, PH, PW)
+    if not need_dw:
+        zero_fill(dw)
+        bias_gradient[grid(db.size)](db, g)
+        return
     S, L = dw_chunks(x.shape, dw.shape, dout.shape)
     K1 = Ci * KH * KW + 1
     shape = tile(Co, K1)

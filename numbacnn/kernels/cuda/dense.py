@@ -6,7 +6,7 @@ import math
 
 from numba import cuda, float32
 
-from ._launch import on
+from ._launch import on, zero_fill
 
 BM = 32   # tile rows
 BN = 32   # tile columns
@@ -98,9 +98,12 @@ def dense_forward(out, x, w, b):
     _gemm[_grid(out)](out, x, w, b, 0, 1, 1)
 
 
-def dense_backward(dx, dw, db, dout, x, w, need_dx):
-    """dx = dout w (when need_dx), dw = dout.T x, db = the batch sum of dout."""
+def dense_backward(dx, dw, db, dout, x, w, need_dx, need_dw):
+    """dx = dout w (when need_dx), dw = dout.T x (zeros unless need_dw), db = the batch sum of dout."""
     if need_dx:
         _gemm[_grid(dx)](dx, dout, w, db, 0, 0, 0)
-    _gemm[_grid(dw)](dw, dout, x, db, 1, 0, 0)
+    if need_dw:
+        _gemm[_grid(dw)](dw, dout, x, db, 1, 0, 0)
+    else:
+        zero_fill(dw)
     _bias_grad[on(math.ceil(db.shape[0] / 128), 128)](db, dout)
