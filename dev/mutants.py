@@ -589,6 +589,8 @@ MUTANTS = [
     M("cuda: Dense computes a frozen weight's gradient anyway", K2 + "dense.py",
       "    if need_dw:\n        _gemm", "    if True:\n        _gemm",
       ["tests/cuda_checks.py", "-k", "frozen_weight"], inside="dense_backward"),
+    M("bench: training is compared with PyTorch's NCHW only", "numbacnn/bench.py", "a / max(b, c)", "a / b",
+      ["tests/test_bench.py", "-k", "layouts"]),
     M("bench: a GPU row's percentage column prints nothing", "numbacnn/bench.py",
       """return f"{'-':>5}" if fraction is None""", """return f"{'':>5}" if fraction is None""",
       ["tests/test_bench.py", "-k", "dash"], inside="_percent"),

@@ -4,7 +4,8 @@ Trains and runs inference on lenet5, mnistcnn, modern and resnet8 (28x28x1 input
 several batch sizes and thread counts, and prints images/second, achieved GFLOP/s, the fraction of
 the float32 matmul peak (numpy `@`, measured beside each configuration's timed blocks, once per
 round: the machine's speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured
-in interleaved blocks (ours, theirs, ours, ...) with the median ratio, and onnxruntime's inference
+in interleaved blocks (ours, theirs, ours, ...) with the median ratio (training: against the faster
+of PyTorch's NCHW and channels_last layouts, round by round), and onnxruntime's inference
 of the exported model when it is importable (same weights, batch and threads). Also reports the JIT
 compile time from an empty cache, the warm-cache time to the first step, and peak training memory.
 """
@@ -160,16 +161,22 @@ def torch_twin(net):
 
 
 class _Torch:
-    def __init__(self, net, batch: int, device: str = "cpu") -> None:
+    """The PyTorch twin's training step and inference; ``channels_last``: the model and the batch in
+    PyTorch's NHWC memory format (its faster layout for some convolutions on CPUs)."""
+
+    def __init__(self, net, batch: int, device: str = "cpu", channels_last: bool = False) -> None:
         import torch
 
         self.torch = torch
         self.net = torch_twin(net)
         self.net.to(device)
-        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
         # like numbacnn, the batch starts on the host and is copied to the device every step
         self.x = torch.from_numpy(rng.random((batch,) + tuple(net.input_shape or SHAPE), dtype=np.float32))
+        if channels_last:
+            self.net.to(memory_format=torch.channels_last)
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)
         self.y = torch.from_numpy(rng.integers(0, N_CLASSES, batch))
         self.device = device
 
@@ -239,6 +246,8 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     time finished GPU work."""
     ours = _Ours(net_name, batch, device)
     theirs = _Torch(ours.net, batch, device) if use_torch else None
+    # PyTorch's training in its channels_last layout too: the faster of the two is the peer
+    theirs_cl = _Torch(ours.net, batch, device, channels_last=True) if use_torch else None
     _set_threads(threads, theirs.torch if theirs else None)
     onnx_rt = _OnnxRuntime(ours.net, batch, threads) if use_onnx and device == "cpu" else None
     fwd, train = flops_per_image(ours.net)
@@ -250,6 +259,8 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
         fns = [getattr(ours, "train_step" if mode == "train" else "infer")]
         if theirs:
             fns.append(getattr(theirs, "train_step" if mode == "train" else "infer"))
+        if theirs_cl and mode == "train":
+            fns.append(theirs_cl.train_step)
         if onnx_rt and mode == "infer":
             fns.append(onnx_rt.infer)
         for f in fns:  # warm up (compiles, allocates; numbacnn's prediction builds its team region
@@ -270,6 +281,10 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
         if theirs:
             res[f"torch_{mode}_img_s"] = statistics.median(samples[1])
             res[f"{mode}_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[1]))
+        if theirs_cl and mode == "train":
+            res["torch_cl_train_img_s"] = statistics.median(samples[2])
+            res["train_ratio_nchw"] = res["train_ratio"]
+            res["train_ratio"] = statistics.median(a / max(b, c) for a, b, c in zip(*samples[:3]))
         if onnx_rt and mode == "infer":
             res["onnx_infer_img_s"] = statistics.median(samples[-1])
             res["onnx_infer_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[-1]))
@@ -468,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'net':9} {'batch':>5} {'thr':>3} | {'train img/s':>11} {'GFLOP/s':>7} {'%fma':>5}"
     head += f" | {'infer img/s':>11} {'ms':>7} {'GFLOP/s':>7} {'%fma':>5}"
     if use_torch:
-        head += f" | {'torch train':>11} {'ratio':>5} | {'torch infer':>11} {'ratio':>5}"
+        head += f" | {'torch train':>11} {'cl':>6} {'ratio':>5} | {'torch infer':>11} {'ratio':>5}"
     if use_onnx:
         head += f" | {'onnxrt infer':>12} {'ms':>7} {'ratio':>5}"
     print(head)
@@ -483,8 +498,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r['infer_ms_per_batch']:7.3f} {r['infer_gflops']:7.1f} "
                         f"{_percent(r['infer_fraction_of_fma_peak'])}")
                 if use_torch:
-                    line += (f" | {r['torch_train_img_s']:11.0f} {r['train_ratio']:5.2f} | "
-                             f"{r['torch_infer_img_s']:11.0f} {r['infer_ratio']:5.2f}")
+                    cl = r.get("torch_cl_train_img_s")
+                    line += (f" | {r['torch_train_img_s']:11.0f} {'-' if cl is None else f'{cl:.0f}':>6} "
+                             f"{r['train_ratio']:5.2f} | {r['torch_infer_img_s']:11.0f} "
+                             f"{r['infer_ratio']:5.2f}")
                 if use_onnx:
                     line += (f" | {r['onnx_infer_img_s']:12.0f} {r['onnx_infer_ms_per_batch']:7.3f} "
                              f"{r['onnx_infer_ratio']:5.2f}")

@@ -111,3 +111,28 @@ def test_fractions_of_the_host_peak_print_as_a_dash_where_there_are_none():
 
     assert _percent(None) == "    -"
     assert _percent(0.6543) == " 65.4"
+
+
+def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
+    """Training is compared with PyTorch in NCHW and in channels_last (the model's weights and the
+    batch in NHWC memory; the same outputs), round by round against the faster of the two."""
+    torch = pytest.importorskip("torch")
+    ours = bench._Ours("lenet5", 4)
+    nchw, cl = bench._Torch(ours.net, 4), bench._Torch(ours.net, 4, channels_last=True)
+    layouts = [(m.weight.is_contiguous(), m.weight.is_contiguous(memory_format=torch.channels_last))
+               for m in cl.net.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1]
+    assert layouts == [(False, True)]  # lenet5's second convolution (its first reads one channel)
+    with torch.no_grad():
+        torch.testing.assert_close(cl.net(cl.x), nchw.net(nchw.x), rtol=1e-5, atol=1e-5)
+    rates = iter([100.0, 50.0, 80.0, 100.0, 90.0, 60.0])  # ours, NCHW, channels_last; 2 rounds
+
+    def timed(fn, seconds):
+        owner = getattr(fn, "__self__", None)
+        return next(rates) if isinstance(owner, (bench._Ours, bench._Torch)) and \
+            getattr(fn, "__name__", "") == "train_step" else 1.0
+
+    monkeypatch.setattr(bench, "_time_block", timed)
+    r = bench.bench_config("lenet5", 4, 1, 2, 0.01, use_torch=True, fma_gflops=1.0)
+    assert r["torch_train_img_s"] == r["torch_cl_train_img_s"] == pytest.approx(4 * 70.0)  # medians
+    assert r["train_ratio"] == pytest.approx((100 / 80 + 100 / 90) / 2)  # the faster layout changed
+    assert r["train_ratio_nchw"] == pytest.approx((100 / 50 + 100 / 90) / 2)
