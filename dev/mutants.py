@@ -560,6 +560,12 @@ MUTANTS = [
       "        if not backward:\n            return self.always or n * ((oh + 1)",
       "        if False:\n            return self.always or n * ((oh + 1)",
       ["tests/test_kernels.py", "-k", "falls_back"], inside="WinogradPlan.runs_winograd"),
+    M("Winograd training on odd sides whatever share of the tiles is used", "numbacnn/backend/cpu_conv.py",
+      "(oh * ow >= 3 * th * tw and n * th * tw", "(n * th * tw",
+      ["tests/test_kernels.py", "-k", "falls_back"], inside="WinogradPlan.runs_winograd"),
+    M("Winograd training on odd sides from the even sides' tile count", "numbacnn/backend/cpu_conv.py",
+      ">= WINOGRAD_ODD_MIN_TILES)", ">= WINOGRAD_MIN_TILES)",
+      ["tests/test_kernels.py", "-k", "falls_back"], inside="WinogradPlan.runs_winograd"),
     # the benchmark's timing and the recorded programs' CUDA graphs
     M("bench: inference timed from its third run, while its team region is built", "numbacnn/bench.py",
       "for _ in range(TEAM_AFTER + 2):", "for _ in range(2):", ["tests/test_bench.py", "-k", "team"],

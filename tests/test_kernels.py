@@ -1024,14 +1024,16 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
 
 def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
-    training, for odd output sides (unless a fused pool reads only an even part), and its backward
-    follows the forward that ran; inference runs Winograd on odd sides too (half-empty last
-    tiles), from WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle. Layers narrower than
+    training, for odd output sides (unless a fused pool reads only an even part) whose tiles are
+    less than 3/4 used or fewer than WINOGRAD_ODD_MIN_TILES, and its backward follows the forward
+    that ran; inference runs Winograd on odd sides too (half-empty last tiles), from
+    WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle. Layers narrower than
     WINOGRAD_WIDE_CHANNELS also run "positions" on outputs of fewer than WINOGRAD_MIN_AREA."""
     from numbacnn.backend.cpu_conv import (
         WINOGRAD_INFER_MIN_TILES,
         WINOGRAD_MIN_AREA,
         WINOGRAD_MIN_TILES,
+        WINOGRAD_ODD_MIN_TILES,
         WINOGRAD_WIDE_CHANNELS,
     )
 
@@ -1046,8 +1048,12 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     assert layer.strategy == "winograd"
     enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
     assert enough > 1
+    odd = WINOGRAD_ODD_MIN_TILES // 16  # examples of 7 x 7 (16 tiles, 49 of 64 outputs used)
+    assert odd * 16 == WINOGRAD_ODD_MIN_TILES and odd > WINOGRAD_MIN_TILES
     for n, h, w, winograd in [(1, 4, 4, False), (enough, 4, 4, True), (enough - 1, 4, 4, False),
-                              (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False), (1, 7, 7, False)]:
+                              (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False), (1, 7, 7, False),
+                              (odd, 7, 7, True), (odd - 1, 7, 7, False), (odd, 7, 8, True),
+                              (2 * odd, 5, 5, False), (8 * odd, 3, 3, False)]:
         assert layer.plan.runs_winograd((n, C, h, w)) == winograd
         if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
             tiles = (h // 2) * (w // 2)

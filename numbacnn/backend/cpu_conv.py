@@ -389,6 +389,13 @@ WINOGRAD_INFER_MIN_TILES = 16
 # its pool.
 WINOGRAD_MIN_AREA = 100
 WINOGRAD_WIDE_CHANNELS = 64
+# Training on an odd output side (its last tiles half empty) runs Winograd where the tiles' outputs
+# are at least 3/4 used (7 x 7: 49 of 64; 15 x 15: 225 of 256; not 5 x 5 or 3 x 3) and the batch
+# has WINOGRAD_ODD_MIN_TILES tiles. A layer's forward and backward against "positions" (AMD Zen 4,
+# 2 threads): 64 -> 64 on 7 x 7 0.83x at batch 32, 0.75x at 512, 1.02x at 8; 256 -> 256 on 7 x 7
+# 0.96x / 0.69x at 32 / 128; 64 -> 64 on 15 x 15 0.95x / 0.75x at 8 / 32 (32 -> 64 1.06x at 8);
+# 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's step 1.28x faster.
+WINOGRAD_ODD_MIN_TILES = 512
 
 
 class WinogradPlan(CpuConvPlan):
@@ -400,10 +407,10 @@ class WinogradPlan(CpuConvPlan):
     computed outputs on a layer narrower than WINOGRAD_WIDE_CHANNELS, runs the "positions" plan
     instead (``runs_winograd``;
     the backward follows its forward), and so does a training forward whose computed output has an
-    odd side (a half-empty last tile: its backward ran 1.1x slower than "positions'" on resnet8's
-    7 x 7 layer at batch 8), while inference runs Winograd there too (resnet8's 64 -> 64 7 x 7
-    layer at batch 64: 0.72x the time of "positions"); ``always = True`` (tests) runs Winograd on
-    every shape."""
+    odd side (half-empty last tiles) unless its tiles' outputs are 3/4 used and the batch has
+    WINOGRAD_ODD_MIN_TILES tiles, while inference runs Winograd on every odd side (resnet8's
+    64 -> 64 7 x 7 layer at batch 64: 0.72x the time of "positions"); ``always = True`` (tests)
+    runs Winograd on every shape."""
 
     name = "winograd"
     fuses_pool = True
@@ -417,7 +424,8 @@ class WinogradPlan(CpuConvPlan):
 
     def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> bool:
         """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
-        only, and whether a backward follows: odd output sides run Winograd for inference only)."""
+        only, and whether a backward follows: training on an odd output side needs its tiles 3/4
+        used and WINOGRAD_ODD_MIN_TILES of them)."""
         n, _, h, w = shape
         oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
         g = self.geometry
@@ -426,8 +434,10 @@ class WinogradPlan(CpuConvPlan):
             return False
         if not backward:
             return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_INFER_MIN_TILES
-        even = oh % 2 == 0 and ow % 2 == 0
-        return self.always or (even and n * (oh // 2) * (ow // 2) >= WINOGRAD_MIN_TILES)
+        th, tw = (oh + 1) // 2, (ow + 1) // 2
+        if oh % 2 == 0 and ow % 2 == 0:
+            return self.always or n * th * tw >= WINOGRAD_MIN_TILES
+        return self.always or (oh * ow >= 3 * th * tw and n * th * tw >= WINOGRAD_ODD_MIN_TILES)
 
     @staticmethod
     def fits(g: ConvGeometry) -> bool:
