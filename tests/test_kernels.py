@@ -606,15 +606,18 @@ def test_pools_over_128_elements_are_not_fused():
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES))
 @pytest.mark.parametrize("ties", [False, True])
-def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, plan, ties):
-    """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window) run as one fused kernel (the
+@pytest.mark.parametrize("relu", [True, False])
+def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, plan, ties, relu):
+    """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window), or Conv2D + MaxPool2D without
+    the ReLU (relu False: negative maxima pass their gradient), run as one fused kernel (the
     pool in the conv epilogue); values, argmax routing and every gradient match the float64
-    oracle of the three separate layers. ties: integer data, so that many windows tie (and many
+    oracle of the separate layers. ties: integer data, so that many windows tie (and many
     pre-ReLU values are negative: all-zero windows route to their first element)."""
-    net = nc.Sequential([nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)],
-                        seed=3)
+    layers = [nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)]
+    net = nc.Sequential(layers if relu else [layers[0], layers[2]], seed=3)
     conv = _other_row_plan(net.layers[0], plan)
-    assert conv.fusion.pool == nc.MaxPool2D(pool).kernel_size and net.layers[2].fusion.absorbed
+    assert conv.fusion.pool == nc.MaxPool2D(pool).kernel_size and net.layers[-1].fusion.absorbed
+    assert conv.fusion.relu == relu
     if ties:
         x = f32(rng.integers(-2, 3, (N, Ci, H, W)))
         conv.weight[...] = rng.integers(-1, 2, conv.weight.shape)
@@ -624,12 +627,13 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     y = net.forward(x, training=True)
     _ran_as_chosen(conv)
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
-    h = np.maximum(ref.conv2d_forward(x, w, b, S, P), 0)
+    h = ref.conv2d_forward(x, w, b, S, P)
+    h = np.maximum(h, 0) if relu else h
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
     np.testing.assert_allclose(y, ey, rtol=1e-5, atol=1e-5)
     dy = f32(rng.standard_normal(y.shape))
     dx = net.backward(dy)
-    dh = ref.maxpool2d_backward(dy, h, pool, pool, 0) * (h > 0)
+    dh = ref.maxpool2d_backward(dy, h, pool, pool, 0) * ((h > 0) if relu else 1)
     rdx, rdw, rdb = ref.conv2d_backward(dh, x, w, S, P)
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(conv.dweight, rdw, rtol=1e-4, atol=1e-3)
@@ -666,19 +670,21 @@ def test_unpooled_conv_relu_on_fma_blocks_matches_oracle(rng, Ci, Co, H, W, P):
 @pytest.mark.parametrize("Ci,K,P,pool,stride", [(1, 3, 0, 2, 1), (2, 3, 1, 3, 1), (12, 3, 0, 2, 1),
                                                   (12, 3, 1, (2, 3), 1), (2, 3, 1, 2, 2)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_fused_conv_relu_pool_propagates_nan_and_inf(rng, Ci, K, P, pool, stride, bad):
-    """A NaN (or inf) in the input reaches the output exactly as through the three separate
-    layers (ReLU keeps NaN, max pooling lets the first NaN win), for every strategy: the fused
-    epilogues must not turn it into a finite number."""
-    net = nc.Sequential([nc.Conv2D(Ci, 4, K, stride=stride, padding=P), nc.ReLU(),
-                         nc.MaxPool2D(pool)], seed=1)
+@pytest.mark.parametrize("relu", [True, False])
+def test_fused_conv_relu_pool_propagates_nan_and_inf(rng, Ci, K, P, pool, stride, bad, relu):
+    """A NaN (or inf) in the input reaches the output exactly as through the separate layers
+    (ReLU keeps NaN, max pooling lets the first NaN win), for every strategy, with or without
+    the ReLU: the fused epilogues must not turn it into a finite number."""
+    layers = [nc.Conv2D(Ci, 4, K, stride=stride, padding=P), nc.ReLU(), nc.MaxPool2D(pool)]
+    net = nc.Sequential(layers if relu else [layers[0], layers[2]], seed=1)
     x = f32(rng.standard_normal((3, Ci, 12, 11)))
     x[0, 0, 4, 5] = bad
     x[2, Ci - 1, 0, 0] = -bad
     conv = net.layers[0]
     w, b = conv.weight.astype(np.float64), conv.bias.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        h = np.maximum(ref.conv2d_forward(x, w, b, stride, P), 0)
+        h = ref.conv2d_forward(x, w, b, stride, P)
+        h = np.maximum(h, 0) if relu else h
     ey, _ = ref.maxpool2d_forward(h, pool, pool, 0)
     for training in (False, True):
         y = net.forward(x, training=training)
@@ -745,8 +751,10 @@ def test_fusion_only_where_it_is_exact():
     assert convs[0].fusion.relu and convs[0].fusion.pool is None
     nc.Sequential([convs[1], nc.ReLU(), nc.MaxPool2D(2)])  # strided conv: the im2col strategy
     assert convs[1].fusion.relu and convs[1].fusion.pool is None
-    nc.Sequential([convs[2], nc.MaxPool2D(2)])  # no ReLU between
-    assert not convs[2].fusion.relu and convs[2].fusion.pool is None
+    pooled = nc.Sequential([convs[2], nc.MaxPool2D(2)])  # no ReLU between: the pool alone
+    assert not convs[2].fusion.relu and convs[2].fusion.pool == (2, 2) and pooled.layers[1].fusion.absorbed
+    strided = nc.Sequential([nc.Conv2D(1, 2, 3, stride=2), nc.MaxPool2D(2)])  # a plan that cannot pool
+    assert strided.layers[0].fusion.pool is None and not strided.layers[1].fusion.absorbed
     nc.Sequential([convs[3], nc.ReLU(), nc.MaxPool2D(2, padding=1)])
     assert convs[3].fusion.pool is None
     assert not net.layers[2].fusion.absorbed

@@ -29,8 +29,9 @@ def plan(layers: list[Layer]) -> list[Fusion]:
     """The fusion plan of a chain, a ``Fusion`` per layer (the layers are not changed): a Conv2D or a
     BatchNorm applies the ReLU that follows it (the ReLU then passes through), a residual add too,
     and a Conv2D whose plan can (``fuses_pool``) also a following non-overlapping, unpadded
-    MaxPool2D (pooled in the GEMM epilogue: the full-size activation is never written, read back
-    or backpropagated through). At inference a Conv2D also folds a following BatchNorm2D (with its
+    MaxPool2D, right after it or after its ReLU (pooled in the GEMM epilogue: the full-size
+    activation is never written, read back or backpropagated through, and only the outputs the
+    pool reads are computed). At inference a Conv2D also folds a following BatchNorm2D (with its
     ReLU and a max pool after it), and Winograd layers hand each other channel-last activations."""
     parts = [NO_FUSION] * len(layers)
 
@@ -47,6 +48,11 @@ def plan(layers: list[Layer]) -> list[Fusion]:
         if pool is not None:
             update(i, pool=pool.kernel_size)
             update(i + 2, absorbed=True)
+    for i, layer in enumerate(layers[:-1]):  # a max pool right after a convolution (no ReLU between)
+        pool = _poolable(layer, layers[i + 1])
+        if pool is not None:
+            update(i, pool=pool.kernel_size)
+            update(i + 1, absorbed=True)
     # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
     for i, layer in enumerate(layers[:-1]):
         bn = layers[i + 1]

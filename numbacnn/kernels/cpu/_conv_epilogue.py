@@ -1,17 +1,19 @@
 """Helpers of the fused conv epilogues, shared by the "wide" and "positions" convolutions: the
-2x2 max select, the general pooling scan, and the gradient rows of the fused ReLU (+ max pool)."""
+2x2 max select, the general pooling scan, and the gradient rows of the fused ReLU and max pool
+(either or both)."""
 import numpy as np
 
 from ..._config import kernel
 
 
 @kernel()
-def marked(best, k):
-    """The stored argmax of a fused ReLU + max pool window: the offset k = ky * PKW + kx of the
-    maximum inside its window where that maximum is positive, else -1 - k (the ReLU passes no
-    gradient there), so that the backward needs only the argmax, not the pooled values; int8
-    holds it for windows of up to 128 elements. -1 - k is ~k: a ^ (a >> 31) gives k back."""
-    return k if best > np.float32(0.0) else -1 - k
+def marked(best, k, relu):
+    """The stored argmax of a fused max pool window: the offset k = ky * PKW + kx of the maximum
+    inside its window, or with a fused ReLU (relu) -1 - k where that maximum is not positive (the
+    ReLU passes no gradient there), so that the backward needs only the argmax, not the pooled
+    values; int8 holds it for windows of up to 128 elements. -1 - k is ~k: a ^ (a >> 31) gives k
+    back."""
+    return k if not relu or best > np.float32(0.0) else -1 - k
 
 
 @kernel()
@@ -28,9 +30,9 @@ def bias_relu(row, bias, relu):
 
 
 @kernel()
-def max2x2(v0, v1, v2, v3):
-    """Maximum of a 2x2 window (v0 v1 / v2 v3) of ReLU outputs and its ``marked`` offset (0-3),
-    the first in row-major order on ties; branch-free selects, so that loops calling it
+def max2x2(v0, v1, v2, v3, relu):
+    """Maximum of a 2x2 window (v0 v1 / v2 v3) (ReLU outputs when relu) and its ``marked`` offset
+    (0-3), the first in row-major order on ties; branch-free selects, so that loops calling it
     vectorise."""
     t01 = v1 > v0
     b01 = v1 if t01 else v0
@@ -40,14 +42,14 @@ def max2x2(v0, v1, v2, v3):
     k23 = 3 if t23 else 2
     t = b23 > b01  # strict: row 0 wins ties
     best = b23 if t else b01
-    return best, marked(best, k23 if t else k01)
+    return best, marked(best, k23 if t else k01, relu)
 
 
 @kernel()
-def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
-    """Bias + ReLU + max pooling (window PKH x PKW, stride = window) of one channel whose value at
-    position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima and their
-    window offsets (``marked``).
+def pool_scan(o, a, src, off, stride, P, bias, relu, PKH, PKW):
+    """Bias + ReLU (when relu) + max pooling (window PKH x PKW, stride = window) of one channel
+    whose value at position j = oy * P + ox is src[off + j * stride]: o, a (PH, PW) get the maxima
+    and their window offsets (``marked``).
     As maxpool2d_forward: windows scanned in row-major order, the first maximum wins ties and
     the first NaN wins (ReLU keeps NaN, as torch.relu does). The exact, general path."""
     PH, PW = o.shape
@@ -60,12 +62,13 @@ def pool_scan(o, a, src, off, stride, P, bias, PKH, PKW):
                 for kx in range(PKW):
                     j = (py * PKH + ky) * P + px * PKW + kx
                     v = src[off + j * stride] + bias
-                    v = v if not v < zero else zero
+                    if relu:
+                        v = v if not v < zero else zero
                     if best_k < 0 or (best == best and (v > best or v != v)):
                         best = v
                         best_k = ky * PKW + kx
             o[py, px] = best
-            a[py, px] = marked(best, best_k)
+            a[py, px] = marked(best, best_k, relu)
 
 
 @kernel()
@@ -99,7 +102,7 @@ def wide_grad(gf, off, P, dout, y, Wp, relu):
 
 @kernel()
 def wide_grad_pooled(gf, off, P, dout, a, Wp, L, PKH, PKW, gm, gi):
-    """The rows at (off, pitch P) of gf = the gradient of the fused ReLU + PKH x PKW max pool
+    """The rows at (off, pitch P) of gf = the gradient of the fused PKH x PKW max pool (and ReLU)
     routed to each window's argmax a (Co, PH, PW) (``marked`` window offsets), on rows of length
     L whose output row pitch is Wp (zero elsewhere); dout: the pooled values' gradient; gm, gi:
     float32 and int32 workspaces of at least Co * PH * PW and (Co + 1) * PH * PW elements.

@@ -162,11 +162,11 @@ def _slot(ox, half):
 
 
 @kernel(inline=True)
-def _window_max(v0, v1, v2, v3, bias):
+def _window_max(v0, v1, v2, v3, bias, relu):
     """Inference's fused 2x2 pool of one channel (no argmax): the window's maximum plus the bias,
-    then ReLU (the maximum of the ReLUs of v + bias: rounding is monotonic)."""
+    then ReLU when relu (the maximum of the ReLUs of v + bias: rounding is monotonic)."""
     v = max(max(v0, v1), max(v2, v3)) + bias
-    return v if v > np.float32(0.0) else np.float32(0.0)
+    return v if not relu or v > np.float32(0.0) else np.float32(0.0)
 
 
 @kernel()
@@ -221,19 +221,17 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
                 rd = ytf[(jb + OW) * Co:(jb + OW) * Co + Co]
                 if not argmax_too:
                     for co in range(Co):
-                        o[co, py, px] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
+                        o[co, py, px] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co], relu)
                     continue
                 for co in range(Co):
                     bias = b[co]
-                    v0 = ra[co] + bias
-                    v0 = v0 if v0 > zero else zero
-                    v1 = rb[co] + bias
-                    v1 = v1 if v1 > zero else zero
-                    v2 = rc[co] + bias
-                    v2 = v2 if v2 > zero else zero
-                    v3 = rd[co] + bias
-                    v3 = v3 if v3 > zero else zero
-                    o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3)
+                    v0, v1, v2, v3 = ra[co] + bias, rb[co] + bias, rc[co] + bias, rd[co] + bias
+                    if relu:
+                        v0 = v0 if v0 > zero else zero
+                        v1 = v1 if v1 > zero else zero
+                        v2 = v2 if v2 > zero else zero
+                        v3 = v3 if v3 > zero else zero
+                    o[co, py, px], a[co, py, px] = max2x2(v0, v1, v2, v3, relu)
         return
     src = ytf
     if half > 0:
@@ -243,7 +241,7 @@ def _epilogue_positions(o, a, ytf, b, OW, relu, PKH, PKW, half, work, argmax_too
             for co in range(Co):
                 src[p * Co + co] = ytf[s0 + co]
     for co in range(Co):
-        pool_scan(o[co], a[co], src, co, Co, OW, b[co], PKH, PKW)
+        pool_scan(o[co], a[co], src, co, Co, OW, b[co], relu, PKH, PKW)
 
 
 @kernel()
@@ -260,8 +258,8 @@ def _channel_rows(of, R, r0, OW, src, Co, P):
 
 
 @kernel()
-def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc):
-    """Inference's fused 2x2 max pool (no argmax), bias and ReLU of the position-major ytf (read
+def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc, relu):
+    """Inference's fused 2x2 max pool (no argmax), bias and ReLU (when relu) of the position-major ytf (read
     as _epilogue_positions reads it) into pooled rows r0 .. r0 + rows - 1 of the example's output
     of (flat (Co, R, PW)): the maxima along the channels into a channel-last scratch ``work``
     (rows * PW * Co floats, not ytf), then 16 x 16 register transposes into the channel rows (the
@@ -288,7 +286,7 @@ def pool2x2_transposed(of, R, r0, ytf, b, OW, half, rows, PW, work, nhwc):
             q = ((r0 + py) * PW + px) * Co if nhwc else (py * PW + px) * Co
             dst = of[q:q + Co] if nhwc else work[q:q + Co]
             for co in range(Co):
-                dst[co] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co])
+                dst[co] = _window_max(ra[co], rb[co], rc[co], rd[co], b[co], relu)
     if not nhwc:
         _channel_rows(of, R, r0, PW, work, Co, P)
     return True
@@ -349,7 +347,7 @@ def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW
                              PKH, PKW, S, argmax_too, xo):
     """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
     ReLU).
-    With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
+    With PKH > 0, a PKH x PKW max pool with stride = window is fused too (after the ReLU, if any):
     out and argmax then hold the pooled values and their argmax (see _epilogue_positions).
 
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8

@@ -113,8 +113,8 @@ def _epilogue(o, yf, b, Wp, L, relu):
 
 
 @kernel()
-def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW, argmax_too):
-    """Fused bias + ReLU + max pooling (window PKH x PKW, stride = window, no padding) of the wide
+def _epilogue_pool(o, a, yf, b, Wp, L, relu, PKH, PKW, argmax_too):
+    """Fused bias + ReLU (when relu) + max pooling (window PKH x PKW, stride = window, no padding) of the wide
     GEMM rows yf (flat (Co, L)), which are overwritten. o, a: (Co, PH, PW) pooled values and
     argmax, the argmax as the window offset (_conv_epilogue.marked), with maxpool2d_forward's
     tie and NaN rules. Channels holding a NaN or
@@ -129,7 +129,7 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW, argmax_too):
         for j in range(L):  # contiguous: vectorises
             v = row[j] + bias
             bad += v * zero  # NaN once any v is NaN or infinite
-            row[j] = v if not v < zero else zero
+            row[j] = v if not relu or not v < zero else zero
         if PKH == 2 and PKW == 2 and bad == bad and not argmax_too:
             for py in range(PH):
                 orow = o[co, py]
@@ -146,17 +146,17 @@ def _epilogue_relu_maxpool(o, a, yf, b, Wp, L, PKH, PKW, argmax_too):
                 r1 = row[(2 * py + 1) * Wp:]
                 for px in range(PW):
                     i = 2 * px
-                    orow[px], arow[px] = max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1])
+                    orow[px], arow[px] = max2x2(r0[i], r0[i + 1], r1[i], r1[i + 1], relu)
         else:
-            pool_scan(o[co], a[co], row, 0, 1, Wp, zero, PKH, PKW)
+            pool_scan(o[co], a[co], row, 0, 1, Wp, zero, relu, PKH, PKW)
 
 
 @kernel()
 def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
                         argmax_too):
     """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
-    With PKH > 0 (and relu), ReLU and a PKH x PKW max pool with stride = window are fused too:
-    out and argmax then hold the pooled values and their argmax (see _epilogue_relu_maxpool;
+    With PKH > 0, a PKH x PKW max pool with stride = window is fused too (after the ReLU, if any):
+    out and argmax then hold the pooled values and their argmax (see _epilogue_pool;
     without argmax_too the argmax may be left unwritten: inference).
 
     out: (N, Co, OH, OW), or (N, Co, OH // PKH, OW // PKW) pooled; argmax: pooled shape, int8
@@ -207,8 +207,8 @@ def conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, r
             sgemm(False, False, c1 - c0, L, ckk, np.float32(1.0), wf, c0 * ckk, ckk, cf, 0, L,
                   np.float32(0.0), yf, 0, L)
         if PKH > 0:
-            _epilogue_relu_maxpool(out[n][c0:c1], argmax[n][c0:c1], yf, b[c0:c1], Wp, L, PKH, PKW,
-                                   argmax_too)
+            _epilogue_pool(out[n][c0:c1], argmax[n][c0:c1], yf, b[c0:c1], Wp, L, relu, PKH, PKW,
+                           argmax_too)
         else:
             _epilogue(out[n][c0:c1], yf, b[c0:c1], Wp, L, relu)
 

@@ -354,7 +354,7 @@ def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
 def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
                             argmax_too, layout):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
-    with PKH > 0 (and relu) a fused PKH x PKW max pool, as conv2d_forward_positions.
+    with PKH > 0 a fused PKH x PKW max pool (after the ReLU, if any), as conv2d_forward_positions.
 
     out: (N, Co, OH, OW), or pooled; argmax: pooled shape (int8), else (N, 1, 1, 1) unused;
     x: (N, Ci, H, W); U: the transformed filters (16, Ci, Co) (winograd_filters); b: (Co,).
@@ -417,7 +417,7 @@ def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, P
             r0, r1 = t0, min(t1, R)
         of = out[n].reshape(Co * R * RW)
         if (r1 > r0 and PKH == 2 and PKW == 2 and not argmax_too and Co % 16 == 0 and (r1 - r0) * RW >= 16
-                and pool2x2_transposed(of, R, r0, yf, b, 2 * TW, TW, r1 - r0, RW, mw[t], nhwc)):
+                and pool2x2_transposed(of, R, r0, yf, b, 2 * TW, TW, r1 - r0, RW, mw[t], nhwc, relu)):
             return
         if PKH == 0 and r1 > r0 and Co % 16 == 0 and (r1 - r0) * OW >= 16:
             rows_transposed(of, R, r0, yf, b, 2 * TW, TW, r1 - r0, OW, relu, mw[t], nhwc)
