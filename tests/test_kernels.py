@@ -1030,6 +1030,19 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
             assert (kb, mb) == (rows, rows)
 
 
+def test_winograd_from_24_channels_in_and_out():
+    """3x3 stride-1 layers run Winograd from WINOGRAD_MIN_CHANNELS (24) channels in and out, narrower
+    ones "positions"; wide layers of other shapes never Winograd."""
+    from numbacnn.backend.cpu import WINOGRAD_MIN_CHANNELS
+
+    assert WINOGRAD_MIN_CHANNELS == 24
+    for ci, co, k, stride, plan in [(24, 64, 3, 1, "winograd"), (64, 24, 3, 1, "winograd"),
+                                    (24, 24, 3, 1, "winograd"), (16, 64, 3, 1, "positions"),
+                                    (64, 23, 3, 1, "positions"), (64, 64, 3, 2, "positions"),
+                                    (64, 64, 5, 1, "positions")]:
+        assert nc.Conv2D(ci, co, k, stride=stride, padding=1).strategy == plan, (ci, co, k, stride)
+
+
 def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
     training, for odd output sides (unless a fused pool reads only an even part) whose tiles are

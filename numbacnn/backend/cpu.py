@@ -23,9 +23,10 @@ POSITIONS_MIN_CHANNELS = 3
 DIRECT_MAX_CKK = 64
 # 3x3 stride-1 convolutions with at least WINOGRAD_MIN_CHANNELS input and output channels run by
 # Winograd F(2x2, 3x3): 1.4-1.8x faster forward and 1.2-1.5x backward than "positions" on the
-# 32- and 64-channel layers of mnistcnn, modern and resnet8, but 0.93x backward at 16 -> 16
-# (docs/performance.md).
-WINOGRAD_MIN_CHANNELS = 32
+# 32- and 64-channel layers of mnistcnn, modern and resnet8; forward + backward 0.59-0.82x the time
+# with 24 channels (airbench94's 24 -> 64 on 31 x 31, 24 -> 24, 24 -> 32, 24 -> 48), but 1.12x at
+# 16 -> 16 and 0.94x at 16 -> 32 (docs/performance.md).
+WINOGRAD_MIN_CHANNELS = 24
 _NO_DX = np.empty((1, 1), np.float32)  # dense_backward's dx when the input gradient is not needed
 
 
