@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -100,8 +99,10 @@ def main() -> int:
     accs = np.array([r["tta_test_accuracy"] for r in record["runs"]])
     if len(accs):
         record["tta_mean"] = float(accs.mean())
-        record["tta_std"] = float(accs.std(ddof=1)) if len(accs) > 1 else math.nan
-        print(f"{len(accs)} seeds: TTA accuracy mean {accs.mean():.4f}, sd {record['tta_std']:.4f}, "
+        # a spread needs two seeds; JSON has no NaN, so one seed records none
+        record["tta_std"] = float(accs.std(ddof=1)) if len(accs) > 1 else None
+        sd = f"{record['tta_std']:.4f}" if len(accs) > 1 else "-"
+        print(f"{len(accs)} seeds: TTA accuracy mean {accs.mean():.4f}, sd {sd}, "
               f"min {accs.min():.4f}, max {accs.max():.4f}; training "
               f"{np.mean([r['train_seconds'] for r in record['runs']]):.1f} s a seed", flush=True)
     save()
