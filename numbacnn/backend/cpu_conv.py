@@ -394,7 +394,7 @@ WINOGRAD_WIDE_CHANNELS = 64
 # has WINOGRAD_ODD_MIN_TILES tiles. A layer's forward and backward against "positions" (AMD Zen 4,
 # 2 threads): 64 -> 64 on 7 x 7 0.83x at batch 32, 0.75x at 512, 1.02x at 8; 256 -> 256 on 7 x 7
 # 0.96x / 0.69x at 32 / 128; 64 -> 64 on 15 x 15 0.95x / 0.75x at 8 / 32 (32 -> 64 1.06x at 8);
-# 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's step 1.28x faster.
+# 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's whole step 1.35x faster.
 WINOGRAD_ODD_MIN_TILES = 512
 
 
