@@ -42,6 +42,8 @@ def main() -> None:
     print(f"{net_name} batch {batch} threads {threads}: ms per layer (median of {reps})")
     for i, layer in enumerate(net.layers):
         strat = getattr(layer, "strategy", "")
+        if not getattr(getattr(layer, "plan", None), "ran_winograd", True):
+            strat += "(positions)"  # the plan's fallback ran (small batches, odd sides)
         print(f"  {i:2d} {layer!r:28s} {strat:7s} fwd {f[i]:7.3f}  bwd {b[i]:7.3f}")
     total = f.sum() + b.sum()
     print(f"  total fwd {f.sum():.3f} bwd {b.sum():.3f} = {total:.3f} ms -> {batch / total * 1e3:.0f} img/s")
