@@ -256,7 +256,7 @@ MUTANTS = [
       "return v if v > np.float32(0.0) else np.float32(0.0)",
       ["tests/test_kernels.py", "-k", "fusion_matches_oracle"], inside="_window_max"),
     M("fusion: a max pool right after a convolution is not fused", "numbacnn/layers/fusion.py",
-      "        pool = _poolable(layer, layers[i + 1])\n", "        pool = None\n",
+      "j = i + 2 if relu else i + 1", "j = i + 2",
       ["tests/test_kernels.py", "-k", "only_where_it_is_exact"], inside="plan"),
     M("softmax: the sum of exponentials not shifted by the row maximum", K + "loss.py",
       "s += np.exp(np.float64(row[k] - m))", "s += np.exp(np.float64(row[k]))",

@@ -39,20 +39,15 @@ def plan(layers: list[Layer]) -> list[Fusion]:
         parts[i] = replace(parts[i], **changes)  # type: ignore[arg-type]
 
     for i, layer in enumerate(layers[:-1]):
-        relu = layers[i + 1]
-        if not (isinstance(layer, (Conv2D, BatchNorm2D, Residual)) and isinstance(relu, ReLU)):
-            continue
-        update(i, relu=True)
-        update(i + 1, absorbed=True)
-        pool = _poolable(layer, layers[i + 2] if i + 2 < len(layers) else None)
-        if pool is not None:
-            update(i, pool=pool.kernel_size)
-            update(i + 2, absorbed=True)
-    for i, layer in enumerate(layers[:-1]):  # a max pool right after a convolution (no ReLU between)
-        pool = _poolable(layer, layers[i + 1])
-        if pool is not None:
-            update(i, pool=pool.kernel_size)
+        relu = isinstance(layer, (Conv2D, BatchNorm2D, Residual)) and isinstance(layers[i + 1], ReLU)
+        if relu:
+            update(i, relu=True)
             update(i + 1, absorbed=True)
+        j = i + 2 if relu else i + 1  # the max pool that may follow, after the ReLU or right after
+        pool = _poolable(layer, layers[j] if j < len(layers) else None)
+        if pool is not None:
+            update(i, pool=pool.kernel_size)
+            update(j, absorbed=True)
     # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
     for i, layer in enumerate(layers[:-1]):
         bn = layers[i + 1]
