@@ -1,7 +1,8 @@
 #!/bin/bash
 # Checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
 # STAGES, a comma list: env, tests, profile, cudabench, train, cpubench (MNIST-sized nets);
-# unpack, cifarbench, recipe, cifarcpu (CIFAR-10 and airbench94); mutants (dev/mutants.py on the
+# unpack, cifarbench, recipe, cifarcpu, torchrecipe (CIFAR-10 and airbench94: torchrecipe runs
+# benchmarks/recipe_torch.py, the whole PyTorch recipe on the GPU and timed steps on 16 cores); mutants (dev/mutants.py on the
 # many cores: MUTANTS_KIND kernel|other|all, MUTANTS_JOBS, MUTANTS_SECONDS). Logs go to $OUT.
 # "train" reads mnist from .devdata/mnist: copy ../shared/data/mnist there (a folder that
 # .git/info/exclude ignores) and name .devdata in the device tool's carry. "env" installs the
@@ -76,6 +77,14 @@ if has cifarcpu; then
   stamp cifarcpu-timed
   timeout 150 python3 -m numbacnn.bench --nets airbench94 --batches 1024 --threads 16 --rounds 3 --block 3 \
     --no-onnx --no-startup --json "$OUT/cifar_cpu16_bench.json" 2>&1 | tee "$OUT/cifar_cpu16_bench.txt"
+fi
+if has torchrecipe; then
+  stamp torchrecipe
+  timeout 120 python3 benchmarks/recipe_torch.py --data /tmp/cifar/cifar10-dev.npz --device cuda --steps 0 \
+    --layouts channels_last,nchw --json "$OUT/recipe_torch_cuda.json" 2>&1 | tee "$OUT/recipe_torch_cuda.txt"
+  NUMBA_NUM_THREADS=16 timeout 200 python3 benchmarks/recipe_torch.py --data /tmp/cifar/cifar10-dev.npz \
+    --threads 16 --steps 10 --layouts numbacnn,channels_last,nchw --json "$OUT/recipe_torch_cpu16.json" 2>&1 \
+    | tee "$OUT/recipe_torch_cpu16.txt"
 fi
 if has mutants; then
   stamp mutants

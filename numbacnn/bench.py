@@ -12,6 +12,7 @@ compile time from an empty cache, the warm-cache time to the first step, and pea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -235,6 +236,24 @@ def _set_threads(n: int | None, torch_mod=None) -> None:
         torch_mod.set_num_threads(n)
 
 
+@contextlib.contextmanager
+def _threads(n: int, torch_mod=None) -> Iterator[None]:
+    """numbacnn (and PyTorch) on ``n`` threads within, their counts restored after. PyTorch's wheels
+    can share numba's libgomp: torch.set_num_threads sets that runtime's omp_set_num_threads, which
+    numbacnn's default thread count then follows (_config.default_threads); a count left at 1 by a
+    one-thread configuration made later runs in the process default to one thread."""
+    from . import _config
+
+    before = (_config.get_num_threads(), torch_mod.get_num_threads() if torch_mod is not None else None)
+    _set_threads(n, torch_mod)
+    try:
+        yield
+    finally:
+        _config.set_num_threads(before[0])
+        if torch_mod is not None:
+            torch_mod.set_num_threads(before[1])
+
+
 def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: float,
                  use_torch: bool, device: str = "cpu", use_onnx: bool = False,
                  fma_gflops: float | None = None) -> dict[str, Any]:
@@ -248,7 +267,14 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     theirs = _Torch(ours.net, batch, device) if use_torch else None
     # PyTorch's training in its channels_last layout too: the faster of the two is the peer
     theirs_cl = _Torch(ours.net, batch, device, channels_last=True) if use_torch else None
-    _set_threads(threads, theirs.torch if theirs else None)
+    with _threads(threads, theirs.torch if theirs else None):
+        return _bench_config(ours, theirs, theirs_cl, net_name, batch, threads, rounds, block, device,
+                             use_onnx, fma_gflops)
+
+
+def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, net_name: str, batch: int,
+                  threads: int, rounds: int, block: float, device: str, use_onnx: bool,
+                  fma_gflops: float | None) -> dict[str, Any]:
     onnx_rt = _OnnxRuntime(ours.net, batch, threads) if use_onnx and device == "cpu" else None
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,

@@ -132,7 +132,61 @@ def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
             getattr(fn, "__name__", "") == "train_step" else 1.0
 
     monkeypatch.setattr(bench, "_time_block", timed)
+    from numbacnn import _config
+
+    before = (_config.get_num_threads(), torch.get_num_threads(), _config.default_threads())
     r = bench.bench_config("lenet5", 4, 1, 2, 0.01, use_torch=True, fma_gflops=1.0)
+    # one thread inside, the counts as they were after: PyTorch's wheels can share numba's libgomp,
+    # whose omp_set_num_threads numbacnn's default follows
+    assert (_config.get_num_threads(), torch.get_num_threads(), _config.default_threads()) == before
     assert r["torch_train_img_s"] == r["torch_cl_train_img_s"] == pytest.approx(4 * 70.0)  # medians
     assert r["train_ratio"] == pytest.approx((100 / 80 + 100 / 90) / 2)  # the faster layout changed
     assert r["train_ratio_nchw"] == pytest.approx((100 / 50 + 100 / 90) / 2)
+
+
+def test_pytorch_s_airbench94_loop_freezes_groups_and_schedules_as_numbacnn_s_recipe(rng):
+    """benchmarks/recipe_torch.py, the PyTorch side of the whole-run comparison: the same initial
+    weights, frozen parameters (whitening weight, BatchNorm scales; the whitening bias after 3
+    epochs) left unchanged, the learning rates of numbacnn's recipe for the summed loss, Lookahead
+    from the 4th epoch."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+    import pathlib
+
+    from numbacnn.recipes import airbench94_network, airbench94_optimizer
+
+    path = pathlib.Path(__file__).parent.parent / "benchmarks" / "recipe_torch.py"
+    spec = importlib.util.spec_from_file_location("recipe_torch", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = rng.random((64, 3, 32, 32), dtype=np.float32)
+    y = rng.integers(0, 10, 64)
+    torch.manual_seed(0)
+    run = mod.TorchAirbench94(torch, x, y, seed=0, layout="nchw", batch=16)
+    net = airbench94_network(x, 10, seed=0)
+    twin = {k: v.detach().numpy().reshape(-1) for k, v in run.model.state_dict().items()}
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(twin[k], v.reshape(-1), err_msg=k)
+    frozen = {k for k, _ in net.param_slices() if net.is_frozen(k)}
+    assert frozen == {k for k, p in run.model.named_parameters() if not p.requires_grad}
+    opt = airbench94_optimizer(net)
+    batch = 1024  # numbacnn's recipe takes the mean loss: its rates over the batch are the summed loss's
+    assert [g["lr"] for g in run.opt.param_groups] == pytest.approx([opt.lr / batch * 64, opt.lr / batch])
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    assert "1.bias" in before and run.whiten is list(run.model)[1]
+    assert (run.per_epoch, run.total) == (4, 40)  # batches of 16: four steps an epoch
+    run.train(12)  # three epochs: the whitening bias trains in them, and no more
+    bias = run.whiten.bias.detach().clone()
+    assert not torch.equal(bias, before["1.bias"])
+    run.train(14)
+    assert run.slow is None  # the 4th epoch starts at step 13: the first synchronisation is the 15th
+    run.train(15)
+    assert run.slow is not None
+    run.train()
+    after = run.model.state_dict()
+    for k, _ in run.model.named_parameters():
+        changed = not torch.equal(before[k], after[k])
+        assert changed == (k not in frozen), k
+    assert [g["lr"] for g in run.opt.param_groups] == pytest.approx(
+        [opt.lr / batch * 64 * mod.triangle(39, 40), opt.lr / batch * mod.triangle(39, 40)])
+    assert torch.equal(run.whiten.bias, bias)

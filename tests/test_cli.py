@@ -284,8 +284,8 @@ def test_threads_flag_gives_identical_numbers(tmp_path, npz):
         assert main(TINY + ["--data", npz, "--threads", threads, "--save", ck,
                             "--metrics-out", str(out)]) == 0
         m = json.loads(out.read_text())
-        # an explicit --threads runs that many, up to numba's thread ids (the default count may be
-        # lower here: OMP_NUM_THREADS or a threadpoolctl limit left by an earlier test in this process)
+        # an explicit --threads runs that many, up to numba's thread ids (whatever the default:
+        # OMP_NUM_THREADS, the CPU affinity)
         assert m["threads"] == min(int(threads), _config.max_threads())
         runs.append((nc.load(ck).params, [(e["train_loss"], e["test_loss"]) for e in m["epochs"]]))
     nc.set_num_threads(None)
