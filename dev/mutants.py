@@ -328,6 +328,13 @@ MUTANTS = [
     M("winograd: the weight gradient's GEMMs overwrite the collected tiles", W,
       "vf, k * KV, Ci, Co, Ci, TB, first)", "vf, k * KV, Ci, Co, Ci, TB, True)",
       ["tests/test_kernels.py", "-k", "forward_backward_match"], inside="_weight_gemms"),
+    M("winograd: wide layers' weight gradients keep the small-matrix limit", "numbacnn/backend/cpu_conv.py",
+      "if ci % 16 == 0 and ci * co >= WINOGRAD_DW_WIDE:", "if False:",
+      ["tests/test_kernels.py", "-k", "wide_winograd"], inside="dw_tiles"),
+    M("winograd: a wide layer's weight gradient drops the tiles past the first GEMM", W,
+      "                _weight_gemms(duf, mf, vf, Co, Ci, filled, KM, KV, first)\n"
+      "                first = False", "                first = True",
+      ["tests/test_kernels.py", "-k", "wide_winograd"], inside="conv2d_backward_winograd_part"),
     M("winograd: the gradient tiles read the output one column left", W,
       "col = OX + b  #", "col = OX + b - 1  #",
       ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"], inside="_gradient_tiles"),
@@ -592,7 +599,7 @@ MUTANTS = [
     # the benchmark's timing and the recorded programs' CUDA graphs
     M("bench: inference timed from its third run, while its team region is built", "numbacnn/bench.py",
       "for _ in range(TEAM_AFTER + 2):", "for _ in range(2):", ["tests/test_bench.py", "-k", "team"],
-      inside="bench_config"),
+      inside="_bench_config"),
     M("program: a refused CUDA graph capture is tried again every run", "numbacnn/program.py",
       "        return graph or False", "        return graph",
       ["tests/test_program.py", "-k", "refused"], inside="DeviceRuns._capture"),

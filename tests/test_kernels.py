@@ -1043,6 +1043,32 @@ def test_winograd_from_24_channels_in_and_out():
         assert nc.Conv2D(ci, co, k, stride=stride, padding=1).strategy == plan, (ci, co, k, stride)
 
 
+def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monkeypatch):
+    """Layers of C_in * C_out >= WINOGRAD_DW_WIDE (on the FMA blocks) collect WINOGRAD_DW_TILES
+    tiles per weight-gradient GEMM whatever the BLAS's small-matrix limit, narrower ones stay under
+    it; a 256 -> 256 layer on 7 x 7 (16 tiles an example, 49 outputs of 64 used) with 384 tiles in
+    a part: one GEMM of 256 tiles, then 128, summed, against the oracle."""
+    import numbacnn.backend.cpu_conv as cc
+    from numbacnn import _config
+
+    monkeypatch.setattr(cc, "small_gemm_macs", lambda: 900_000)  # as with OpenBLAS's small kernels
+    assert cc.WINOGRAD_DW_TILES == 256 and cc.WINOGRAD_DW_WIDE == 256 * 256
+    assert cc.dw_tiles(256, 256) == cc.dw_tiles(512, 128) == 256
+    assert cc.dw_tiles(64, 256) == 900_000 // (64 * 256) and cc.dw_tiles(24, 64) == 256
+    monkeypatch.setattr(_config, "grad_parts", lambda n: 1)  # one part: its tiles in two GEMMs
+    layer = _other_row_plan(nc.Conv2D(256, 256, 3, padding=1).initialize(rng), "chosen")
+    x = f32(rng.standard_normal((24, 256, 7, 7)))
+    y = layer.forward(x, training=True)
+    assert layer.strategy == "winograd" and layer.plan.ran_winograd
+    dout = f32(rng.standard_normal(y.shape))
+    dx = layer.backward(dout)
+    rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, (1, 1))
+    np.testing.assert_allclose(y, ref.conv2d_forward(x, layer.weight, layer.bias, 1, (1, 1)), rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=2e-3)
+
+
 def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
     training, for odd output sides (unless a fused pool reads only an even part) whose tiles are

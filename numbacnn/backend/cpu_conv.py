@@ -370,6 +370,21 @@ WINOGRAD_TILES = 64
 # would pass the small-matrix limit), collected across a gradient part's examples; 512 ran no faster
 # (batch 128: 16.1 / 16.0 ms for 32 -> 32 at 28 x 28) with twice the workspaces per thread.
 WINOGRAD_DW_TILES = 256
+# Layers of at least WINOGRAD_DW_WIDE = C_in * C_out on the FMA blocks (C_in a multiple of 16) sum
+# over WINOGRAD_DW_TILES whatever the BLAS: each flush reads and writes all 16 transforms (4 MB at
+# 256 -> 256), so the 64 tiles of a block were too few. airbench94's 256 -> 256 layers on 7 x 7,
+# backward at batch 1024 on 2 threads (AMD Zen 4, interleaved): 537 -> 477 and 447 -> 360 ms with 256
+# tiles, 128 tiles in between; 64 -> 256 on 15 x 15 became slower (433 -> 486 ms, its transforms
+# then leave L2), so it keeps its 63.
+WINOGRAD_DW_WIDE = 256 * 256
+
+
+def dw_tiles(ci: int, co: int) -> int:
+    """Tiles per weight-gradient GEMM (at least a block's): WINOGRAD_DW_TILES, fewer where the BLAS's
+    small-matrix limit would be passed, unless the layer is as wide as WINOGRAD_DW_WIDE."""
+    if ci % 16 == 0 and ci * co >= WINOGRAD_DW_WIDE:
+        return WINOGRAD_DW_TILES
+    return min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES)
 # Calls with fewer tiles run "positions": the per-block overheads then outweigh the saved
 # multiply-adds. Once the filters' transforms were packed once for inference (packed_from), 25 tiles
 # paid (mnistcnn at batch 1, 2 threads: inference 1.18x, training 1.04x) and 16 broke even (resnet8's
@@ -528,7 +543,7 @@ class WinogradPlan(CpuConvPlan):
         (ph, pw), ohk, owk = g.padding, min(oh, 2 * th), min(ow, 2 * tw)  # as the kernel's Hx, Wx:
         thx, twx = self.tiles(min(h, ohk + 2 - ph), min(w, owk + 2 - pw))  # the rows dx gets
         rows = self.block_rows(max(tw, twx))
-        cap = max(rows * tw, min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES))
+        cap = max(rows * tw, dw_tiles(ci, co))
         u2 = ws.buf("wino_u2", (16, co, ci))
         launch(K.winograd_filters, u2, weight, True, ws.buf("wino_work", (18 * ci * co,)), _ALWAYS,
                _NO_VERSION)
