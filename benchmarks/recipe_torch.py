@@ -52,7 +52,7 @@ def numbacnn_steps(x: np.ndarray, y: np.ndarray, steps: int, seed: int = 0) -> t
     net = airbench94_network(x, int(np.max(y)) + 1, seed)
     trainer, schedule, _ = airbench94_trainer(net, len(y), seed, progress=False, log=None)
     total, per_epoch = trainer.max_steps, len(y) // trainer.batch_size
-    trainer.max_steps = steps
+    trainer.max_steps = steps  # (its learning-rate triangle then spans these steps: the same work a step)
     timer = _StepTimes()
     trainer.fit(x, y, math.ceil(steps / per_epoch), callbacks=[schedule, timer])
     return timer.times, total, trainer.batch_size
@@ -143,7 +143,7 @@ class TorchAirbench94:
                 self.augment_seconds.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             idx = self.order[self.pos * self.batch:(self.pos + 1) * self.batch]
-            self._step(self.images[idx].contiguous(memory_format=self.memory), self.y[idx], self.epoch)
+            self._step(self.images[idx].contiguous(memory_format=self.memory), self.y[idx])
             if self.device == "cuda":
                 torch.cuda.synchronize()
             if times is not None:
@@ -155,7 +155,7 @@ class TorchAirbench94:
                 if self.slow is not None:
                     self._sync(0.0)
 
-    def _step(self, xb: Any, yb: Any, epoch: int) -> None:
+    def _step(self, xb: Any, yb: Any) -> None:
         factor = triangle(self.step_count, self.total)
         for g, lr in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = lr * factor
@@ -165,7 +165,7 @@ class TorchAirbench94:
         self.opt.step()
         self.step_count += 1
         k, s = self.h["lookahead_every"], self.step_count
-        if s % k == 0 and (self.slow is not None or epoch >= self.h["lookahead_epochs"]):
+        if s % k == 0 and (self.slow is not None or self.epoch >= self.h["lookahead_epochs"]):
             self._sync(1.0 - 0.95**5 * (s / self.total) ** 3 if self.slow is not None else 1.0)
         if s >= self.total and self.slow is not None:
             self._sync(0.0)

@@ -2,8 +2,9 @@
 # Checks on a lent GPU machine (device tool), in one call: bash dev/device_run.sh STAGES
 # STAGES, a comma list: env, tests, profile, cudabench, train, cpubench (MNIST-sized nets);
 # unpack, cifarbench, recipe, cifarcpu, torchrecipe (CIFAR-10 and airbench94: torchrecipe runs
-# benchmarks/recipe_torch.py, the whole PyTorch recipe on the GPU and timed steps on 16 cores); mutants (dev/mutants.py on the
-# many cores: MUTANTS_KIND kernel|other|all, MUTANTS_JOBS, MUTANTS_SECONDS). Logs go to $OUT.
+# benchmarks/recipe_torch.py, the whole PyTorch recipe on the GPU and timed steps on 16 cores);
+# mutants (dev/mutants.py on the many cores: MUTANTS_KIND kernel|other|all, MUTANTS_JOBS,
+# MUTANTS_SECONDS). Logs go to $OUT.
 # "train" reads mnist from .devdata/mnist: copy ../shared/data/mnist there (a folder that
 # .git/info/exclude ignores) and name .devdata in the device tool's carry. "env" installs the
 # package (pip install -e, no deps: the machine's image has numba, numba-cuda, torch, onnxruntime).
