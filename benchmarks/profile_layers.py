@@ -1,6 +1,6 @@
 """Per-layer forward/backward time of one training step: ``python benchmarks/profile_layers.py``.
 
-Usage: python benchmarks/profile_layers.py [net] [batch] [threads] [input, e.g. 3,32,32]
+Usage: python benchmarks/profile_layers.py [net] [batch] [threads] [input, e.g. 3,32,32] [repeats]
 Prints milliseconds per layer (median of repeated runs) so that kernel work can be aimed where
 the time goes. Not part of the package: a developer's tool.
 """
@@ -21,7 +21,7 @@ def main() -> None:
     _config.set_num_threads(threads)
     net = build_network(net_name, shape, 10, seed=0)
     x = np.random.default_rng(0).random((batch, *shape), dtype=np.float32)
-    reps = 30
+    reps = int(sys.argv[5]) if len(sys.argv) > 5 else 30
     fwd = np.zeros((reps, len(net.layers)))
     bwd = np.zeros((reps, len(net.layers)))
     for r in range(reps + 3):
@@ -44,6 +44,8 @@ def main() -> None:
         strat = getattr(layer, "strategy", "")
         if not getattr(getattr(layer, "plan", None), "ran_winograd", True):
             strat += "(positions)"  # the plan's fallback ran (small batches, odd sides)
+        elif getattr(getattr(layer, "plan", None), "ran_f4", False):
+            strat += "(4x4)"  # F(4x4, 3x3)
         print(f"  {i:2d} {layer!r:28s} {strat:7s} fwd {f[i]:7.3f}  bwd {b[i]:7.3f}")
     total = f.sum() + b.sum()
     print(f"  total fwd {f.sum():.3f} bwd {b.sum():.3f} = {total:.3f} ms -> {batch / total * 1e3:.0f} img/s")

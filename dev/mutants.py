@@ -82,6 +82,7 @@ K2 = "numbacnn/kernels/cuda/"
 TEAM = "numbacnn/backend/team_region.py"  # compiled like the CPU kernels (and in the kernel tier)
 PARALLEL = "numbacnn/_parallel.py"  # compiled into every kernel that runs in parallel
 W = K + "conv2d_winograd.py"
+W4 = K + "conv2d_winograd4.py"
 M = Mutant
 MUTANTS = [
     # modern layers and recipe
@@ -325,6 +326,23 @@ MUTANTS = [
       "launch(K.winograd_filters, u2, weight, True,",
       "launch(K.winograd_filters, u2, weight.transpose(1, 0, 2, 3).copy(), False,",
       ["tests/test_kernels.py", "-k", "forward_backward_match and winograd"], inside="WinogradPlan.backward"),
+    # Winograd F(4x4, 3x3)
+    M("winograd4: A^T's last row takes 7 m3 for 8 m3", W4,
+      "x3, _F(8.0), x4, _F(-8.0), x5, _F(1.0))", "x3, _F(7.0), x4, _F(-8.0), x5, _F(1.0))",
+      ["tests/test_kernels.py", "-k", "winograd4"], inside="_at"),
+    M("winograd4: the filter transform's packed panels swapped", W4,
+      "Uf[((k * (B // P) + p) * A + a) * P:", "Uf[((k * (B // P) + (B // P - 1 - p)) * A + a) * P:",
+      ["tests/test_kernels.py", "-k", "winograd4"], inside="winograd4_filters"),
+    M("winograd4: the weight gradient's GEMMs overwrite the collected tiles", W4,
+      "k * KV, Ci, Co, Ci, TB, first)", "k * KV, Ci, Co, Ci, TB, True)",
+      ["tests/test_kernels.py", "-k", "winograd4"], inside="_weight_gemms4"),
+    M("winograd4: the input gradient reads the gradient plane unpadded", W4,
+      "_plane4(gp, gf[:Co * L].reshape((Co, OH, OW)), 2 - PH, 2 - PW, Hg, Wg)",
+      "_plane4(gp, gf[:Co * L].reshape((Co, OH, OW)), 1 - PH // 2, 2 - PW, Hg, Wg)",
+      ["tests/test_kernels.py", "-k", "winograd4"], inside="conv2d_backward_winograd4_part"),
+    M("winograd4: the plan takes layers whose 4x4 tiles do more work", "numbacnn/backend/cpu_conv.py",
+      "36 * th4 * tw4 <= WINOGRAD4_MAX_WORK * 16 * th2 * tw2", "36 * th4 * tw4 <= 3 * 16 * th2 * tw2",
+      ["tests/test_kernels.py", "-k", "winograd4_runs"], inside="WinogradPlan.runs_f4"),
     M("winograd: the weight gradient's GEMMs overwrite the collected tiles", W,
       "vf, k * KV, Ci, Co, Ci, TB, first)", "vf, k * KV, Ci, Co, Ci, TB, True)",
       ["tests/test_kernels.py", "-k", "forward_backward_match"], inside="_weight_gemms"),

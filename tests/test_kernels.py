@@ -50,6 +50,10 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (3, 9, 9, 11, 5, (3, 4), (2, 3), (1, 2)),  # position-major, rectangular kernel and stride
     (2, 12, 8, 7, 4, 2, 3, 0),  # position-major, stride above the kernel: inputs never read
     (2, 12, 6, 6, 4, 5, 2, 0),  # position-major strided, 1x1 output
+    (21, 16, 7, 7, 32, 3, 1, 1),  # F(4x4, 3x3): 2 x 2 tiles an example, blocks and parts across examples
+    (5, 32, 9, 6, 16, 3, 1, 0),  # F(4x4, 3x3): unpadded, a part of a tile in each direction
+    (3, 16, 5, 11, 48, 3, 1, 2),  # F(4x4, 3x3): padding 2, panels of 16 columns
+    (70, 16, 3, 3, 64, 3, 1, 1),  # F(4x4, 3x3): 3 x 3 outputs in one tile, input gradients in groups
 ]
 
 
@@ -96,7 +100,9 @@ def _ran_as_chosen(layer):
     "wide" ones a full one."""
     bufs = layer._buffers
     assert ("xt" in bufs) == (layer.strategy == "positions")
-    assert ("wino_u" in bufs) == (layer.strategy == "winograd")
+    assert ("wino_u" in bufs or "wino4_u" in bufs) == (layer.strategy == "winograd")
+    if layer.strategy == "winograd":  # F(4x4, 3x3) where it ran, and wherever the test asked for it
+        assert ("wino4_u" in bufs) == layer.plan.ran_f4 and (layer.plan.f4 is not True or layer.plan.ran_f4)
     if layer.strategy in ("wide", "direct"):
         assert (bufs["cols"].shape[1] == 1) == (layer.strategy == "direct")
 
@@ -104,12 +110,14 @@ def _ran_as_chosen(layer):
 def _other_row_plan(layer, plan):
     """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
     for a "direct" layer and the reverse), so that both stay checked on every shape; "winograd":
-    the Winograd plan, for every 3x3 stride-1 shape whatever its channels."""
-    if plan == "winograd":
+    the Winograd plan, for every 3x3 stride-1 shape whatever its channels; "winograd4": its
+    F(4x4, 3x3) (channels in and out divisible by 16)."""
+    if plan in ("winograd", "winograd4"):
         from numbacnn.backend.cpu_conv import WinogradPlan
 
         assert WinogradPlan.fits(layer.geometry)
         layer._plan = WinogradPlan(layer.geometry)
+        layer.plan.f4 = plan == "winograd4"
     if layer.strategy == "winograd":
         layer.plan.always = True  # the Winograd kernels on every shape (small batches fall back)
     if plan == "swapped":
@@ -122,8 +130,8 @@ def _other_row_plan(layer, plan):
 
 def _row_cases(cases):
     """(case, "chosen") for every case (N, Ci, H, W, Co, K, stride, padding, ...), plus (case,
-    "swapped") for the stride-1 cases that run on wide rows and (case, "winograd") for those the
-    Winograd plan can run."""
+    "swapped") for the stride-1 cases that run on wide rows, (case, "winograd") for those the
+    Winograd plan can run and (case, "winograd4") for those its F(4x4, 3x3) can."""
     from numbacnn.backend.cpu_conv import WinogradPlan
 
     out = []
@@ -135,6 +143,8 @@ def _row_cases(cases):
             out.append((*case, "swapped"))
         if layer.strategy != "winograd" and WinogradPlan.fits(layer.geometry):
             out.append((*case, "winograd"))
+        if WinogradPlan.fits(layer.geometry) and Ci % 16 == 0 and Co % 16 == 0:
+            out.append((*case, "winograd4"))
     return out
 
 
@@ -161,10 +171,14 @@ def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P, pla
     pad = _pad(P, K) if not isinstance(P, tuple) else P
     expect = ref.conv2d_forward(x, layer.weight, layer.bias, S, pad)
     assert y.shape == expect.shape
-    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
     dout = f32(rng.standard_normal(y.shape))
     dx = layer.backward(dout)
     rdx, rdw, rdb = ref.conv2d_backward(dout, x, layer.weight, S, pad)
+    if plan == "winograd4":  # F(4x4, 3x3): errors within 2e-5 of the largest value (its stated bound)
+        for a, b in ((y, expect), (dx, rdx), (layer.dweight, rdw), (layer.dbias, rdb)):
+            assert np.abs(a - b).max() <= 2e-5 * np.abs(b).max()
+        return
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(layer.dbias, rdb, rtol=1e-4, atol=1e-3)
@@ -464,6 +478,8 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (1, 32, 14, 14, 64, 3, 1, 1, 2),  # Winograd: 7 x 7 tiles of one example in blocks of tile rows
     (2, 32, 11, 12, 34, 3, 1, 1, (2, 3)),  # Winograd: windows through the position-major path
     (2, 32, 12, 12, 32, 3, 1, 1, 3),  # Winograd: 3x3 windows, one block per example
+    (6, 16, 15, 15, 32, 3, 1, 1, 2),  # F(4x4, 3x3): a 2 x 2 pool reads 14 x 14 of 15 x 15
+    (3, 16, 7, 7, 16, 3, 1, 1, (2, 3)),  # F(4x4, 3x3): rectangular windows
 ]
 
 
@@ -612,7 +628,10 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
     the ReLU (relu False: negative maxima pass their gradient), run as one fused kernel (the
     pool in the conv epilogue); values, argmax routing and every gradient match the float64
     oracle of the separate layers. ties: integer data, so that many windows tie (and many
-    pre-ReLU values are negative: all-zero windows route to their first element)."""
+    pre-ReLU values are negative: all-zero windows route to their first element; not for
+    F(4x4, 3x3), whose transforms of 1/6 and 1/24 round integer sums, and so break their ties)."""
+    if ties and plan == "winograd4":
+        pytest.skip("F(4x4, 3x3) rounds integer data: ties are broken by its rounding")
     layers = [nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)]
     net = nc.Sequential(layers if relu else [layers[0], layers[2]], seed=3)
     conv = _other_row_plan(net.layers[0], plan)
@@ -1057,9 +1076,10 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
     assert cc.dw_tiles(64, 256) == 900_000 // (64 * 256) and cc.dw_tiles(24, 64) == 256
     monkeypatch.setattr(_config, "grad_parts", lambda n: 1)  # one part: its tiles in two GEMMs
     layer = _other_row_plan(nc.Conv2D(256, 256, 3, padding=1).initialize(rng), "chosen")
+    layer.plan.f4 = False  # F(2x2, 3x3)'s weight gradient (F(4x4, 3x3) would take this layer)
     x = f32(rng.standard_normal((24, 256, 7, 7)))
     y = layer.forward(x, training=True)
-    assert layer.strategy == "winograd" and layer.plan.ran_winograd
+    assert layer.strategy == "winograd" and layer.plan.ran_winograd and not layer.plan.ran_f4
     dout = f32(rng.standard_normal(y.shape))
     dx = layer.backward(dout)
     rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, (1, 1))
@@ -1067,6 +1087,64 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
                                atol=1e-4)
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=2e-3)
+
+
+def test_winograd4_runs_wide_layers_where_its_tiles_do_less_work(rng):
+    """F(4x4, 3x3) takes layers of at least WINOGRAD4_MIN_CHANNELS channels in and out (multiples of
+    16) whose 4x4 tiles do at most the multiply-adds of the 2x2 tiles, in batches of at least
+    WINOGRAD4_MIN_TILES tiles; F(2x2, 3x3) (or its fallback) runs the rest."""
+    import numbacnn.backend.cpu_conv as cc
+
+    assert cc.WINOGRAD4_MIN_CHANNELS == 64 and cc.WINOGRAD4_MIN_TILES == 16 and cc.WINOGRAD4_MAX_WORK == 1.0
+    plan = nc.Conv2D(256, 256, 3, padding=1).plan
+    assert plan.runs_f4((4, 256, 7, 7)) and not plan.runs_f4((3, 256, 7, 7))  # 16 and 12 tiles
+    assert plan.runs_f4((4, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
+    assert plan.runs_f4((16, 256, 4, 4)) and plan.runs_f4((16, 256, 3, 3))  # 36 against 64 a 4 x 4
+    assert plan.runs_f4((16, 256, 15, 15), (2, 2))  # 576 against 784
+    assert not plan.runs_f4((16, 256, 2, 2))  # one 4x4 tile (36) against one 2x2 tile (16)
+    for ci, co in ((48, 64), (64, 48), (64, 72), (72, 64)):
+        assert not nc.Conv2D(ci, co, 3, padding=1).plan.runs_f4((64, ci, 8, 8))
+    assert nc.Conv2D(64, 64, 3, padding=1).plan.runs_f4((64, 64, 8, 8))
+
+
+@pytest.mark.parametrize("N,H,P,pool", [(24, 7, 1, None), (13, 7, 1, (2, 2)), (40, 3, 1, None)])
+def test_winograd4_wide_layer_matches_the_oracle(rng, monkeypatch, N, H, P, pool):
+    """A 256 -> 256 layer by F(4x4, 3x3) (7 x 7: 2 x 2 tiles; under a 2 x 2 pool; 3 x 3 in one tile)
+    against the float64 oracle, its weight gradient summed over several GEMMs in each of two parts
+    (WINOGRAD4_DW_TILES forced to 32 tiles) and its input gradient over groups of examples. The
+    stated bound: errors at most 2e-5 of the largest value (F(4x4, 3x3)'s transforms reach 8: about
+    5e-6 here, F(2x2, 3x3)'s about 1e-6). A frozen weight (no weight gradient) and the first layer
+    (no input gradient) skip their halves."""
+    import numbacnn.backend.cpu_conv as cc
+    from numbacnn import _config
+
+    monkeypatch.setattr(cc, "WINOGRAD4_DW_TILES", 32)
+    monkeypatch.setattr(_config, "grad_parts", lambda n: min(n, 2))
+    layers = [nc.Conv2D(256, 256, 3, padding=P)] + ([nc.MaxPool2D(pool)] if pool else [])
+    net = nc.Sequential(layers, seed=1)
+    conv = net.layers[0]
+    x = f32(rng.standard_normal((N, 256, H, H)))
+    y = net.forward(x, training=True)
+    assert conv.plan.ran_f4 and (conv.fusion.pool is not None) == bool(pool)
+    h = ref.conv2d_forward(x, conv.weight, conv.bias, 1, P)
+    want = ref.maxpool2d_forward(h, pool, pool, 0)[0] if pool else h
+
+    def close(a, b):
+        assert np.abs(a - b).max() <= 2e-5 * np.abs(b).max()
+
+    close(y, want)
+    dy = f32(rng.standard_normal(y.shape))
+    dx = net.backward(dy)
+    dh = ref.maxpool2d_backward(dy, h, pool, pool, 0) if pool else dy
+    rdx, rdw, rdb = ref.conv2d_backward(dh, x, conv.weight, 1, P)
+    close(dx, rdx)
+    close(conv.dweight, rdw)
+    close(conv.dbias, rdb)
+    assert conv.backward(dy, need_dx=False) is None  # as the first layer: no input gradient
+    close(conv.dweight, rdw)
+    conv.freeze("weight")
+    close(net.backward(dy), rdx)
+    assert not conv.dweight.any()  # a frozen weight's gradient is zeros
 
 
 def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
@@ -1093,6 +1171,7 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     C = WINOGRAD_WIDE_CHANNELS  # the tile thresholds alone
     layer = nc.Conv2D(C, C, 3, padding=1).initialize(rng)
     assert layer.strategy == "winograd"
+    layer.plan.f4 = False  # F(2x2, 3x3)'s thresholds (F(4x4, 3x3) would take this width)
     enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
     assert enough > 1
     odd = WINOGRAD_ODD_MIN_TILES // 16  # examples of 7 x 7 (16 tiles, 49 of 64 outputs used)

@@ -411,6 +411,19 @@ WINOGRAD_WIDE_CHANNELS = 64
 # 0.96x / 0.69x at 32 / 128; 64 -> 64 on 15 x 15 0.95x / 0.75x at 8 / 32 (32 -> 64 1.06x at 8);
 # 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's whole step 1.35x faster.
 WINOGRAD_ODD_MIN_TILES = 512
+# F(4x4, 3x3) (conv2d_winograd4.py) runs layers of at least WINOGRAD4_MIN_CHANNELS channels in and
+# out (multiples of 16) whose 4x4 tiles take at most WINOGRAD4_MAX_WORK of the multiply-adds of the
+# 2x2 tiles (7 x 7 outputs: 144 / 256; 15 x 15 under a 2 x 2 pool: 576 / 784; not 7 x 7 under a
+# pool, 144 / 144), in batches of at least WINOGRAD4_MIN_TILES tiles. Its forward blocks take whole
+# examples, about WINOGRAD4_TILES tiles; its weight gradient sums over up to WINOGRAD4_DW_TILES
+# tiles per GEMM, in at least WINOGRAD4_MIN_PARTS parts of the batch (fewer, larger parts than
+# GRAD_PARTS: each part's transformed gradient is 36 Ci Co floats).
+WINOGRAD4_MIN_CHANNELS = 64
+WINOGRAD4_MAX_WORK = 1.0
+WINOGRAD4_MIN_TILES = 16
+WINOGRAD4_TILES = 64
+WINOGRAD4_DW_TILES = 256
+WINOGRAD4_MIN_PARTS = 16
 
 
 class WinogradPlan(CpuConvPlan):
@@ -432,10 +445,31 @@ class WinogradPlan(CpuConvPlan):
     channels_last = True
     always = False
 
+    f4: bool | None = None  # F(4x4, 3x3): None where it pays (runs_f4), True wherever it can run, False never
+
     def __init__(self, geometry: ConvGeometry) -> None:
         super().__init__(geometry)
         self.fallback = PositionsPlan(geometry)
         self.ran_winograd = True
+        self.ran_f4 = False
+
+    def runs_f4(self, shape: tuple[int, ...], pool: Pair | None = None) -> bool:
+        """Whether a forward of this input shape (with this fused pool) runs F(4x4, 3x3): channels
+        in and out divisible by 16, at least WINOGRAD4_MIN_CHANNELS of them, the 4x4 tiles' work at
+        most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_TILES tiles in the batch (the shapes
+        only; ``f4`` True: wherever the channels allow, False: never)."""
+        g = self.geometry
+        if self.f4 is False or g.in_channels % 16 or g.out_channels % 16:
+            return False
+        if self.f4:
+            return True
+        n, _, h, w = shape
+        oh, ow = g.out_hw(h, w)
+        th4, tw4 = tiles4(oh, ow, pool)
+        th2, tw2 = self.tiles(oh, ow, pool)
+        return (min(g.in_channels, g.out_channels) >= WINOGRAD4_MIN_CHANNELS
+                and 36 * th4 * tw4 <= WINOGRAD4_MAX_WORK * 16 * th2 * tw2
+                and n * th4 * tw4 >= WINOGRAD4_MIN_TILES)
 
     def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> bool:
         """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
@@ -491,6 +525,10 @@ class WinogradPlan(CpuConvPlan):
     def _forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                  backward: bool, version: Any, layout: int) -> Any:
         shape = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if layout & 1 else x.shape
+        self.ran_f4 = self.runs_f4(shape, pool)
+        if self.ran_f4:
+            self.ran_winograd = True
+            return self._forward4(ws, x, weight, bias, relu, pool, backward, version, layout, shape)
         self.ran_winograd = self.runs_winograd(shape, pool, backward)
         if not self.ran_winograd:
             if layout & 1:
@@ -530,6 +568,8 @@ class WinogradPlan(CpuConvPlan):
         they are added first and transformed once."""
         if not self.ran_winograd:
             return self.fallback.backward(ws, dy, weight, dweight, dbias, need_dx, need_dw, relu, pool)
+        if self.ran_f4:
+            return self._backward4(ws, dy, weight, dweight, dbias, need_dx, need_dw, relu, pool)
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
         x, argmax = ws["x"], ws["pool_argmax"]
@@ -568,3 +608,77 @@ class WinogradPlan(CpuConvPlan):
         launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (co, 16, ci, 1), (16 * ci, ci, 1, 1))
         launch(K.winograd_filter_gradient, dweight, du)
         return dx if need_dx else None
+
+    def _forward4(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                  backward: bool, version: Any, layout: int, shape: tuple[int, ...]) -> Any:
+        """The forward by F(4x4, 3x3) (conv2d_winograd4.py): blocks of whole examples."""
+        ws["x"] = x
+        y, argmax = self.outputs(ws, x, pool, shape, layout & 2 != 0)
+        g = self.geometry
+        ci, co = g.in_channels, g.out_channels
+        n, _, h, w = shape
+        oh, ow = g.out_hw(h, w)
+        th, tw = tiles4(oh, ow, pool)
+        group = max(1, min(WINOGRAD4_TILES // (th * tw), n // MIN_BLOCKS))  # examples a block
+        tiles = group * th * tw
+        u = ws.buf(_packing("wino4_u", version), (36, ci, co))
+        launch(K.winograd4_filters, u, weight, False, ws.buf("wino4_work", (63 * max(ci, co),)),
+               *packed_from(ws, "wino4_u_from", weight, version))
+        skew = K.conv2d_winograd4.SKEW
+        launch(K.conv2d_forward_winograd4, y, argmax, ws.buf("w4y", (self.slots, 16 * th * tw * co)),
+               ws.buf("w4v", (self.slots, 36 * (tiles * ci + skew))),
+               ws.buf("w4m", (self.slots, 36 * (tiles * co + skew))),
+               ws.buf("w4s", (self.slots, 24 * (tw + 1) * max(ci, co))),
+               ws.buf("w4p", (self.slots, (4 * th + 2) * (4 * tw + 2) * ci)),
+               ws.buf("w4e", (self.slots, oh * ow * co)), x, u, bias, *g.padding, relu, *(pool or (0, 0)),
+               group, backward, layout)
+        return y
+
+    def _backward4(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                   need_dw: bool, relu: bool, pool: Pair | None) -> Any:
+        """The backward of _forward4: parts of the batch hold the weight gradient's transforms
+        (Co, 36, Ci), added first and transformed once."""
+        g = self.geometry
+        ci, co = g.in_channels, g.out_channels
+        (ph, pw), x, argmax = g.padding, ws["x"], ws["pool_argmax"]
+        n, _, h, w = x.shape
+        oh, ow = g.out_hw(h, w)
+        th, tw = tiles4(oh, ow, pool)
+        ohc, owc = self.computed(oh, ow, pool)
+        hx, wx = min(h, ohc + 2 - ph), min(w, owc + 2 - pw)  # as the kernel's winograd4_input_rows
+        thx, twx = (hx + 3) // 4, (wx + 3) // 4
+        hg, wg = max(4 * thx + 2, 4 * th + 2 - ph), max(4 * twx + 2, 4 * tw + 2 - pw)
+        cap = max(th * tw, WINOGRAD4_DW_TILES)
+        parts = min(_config.grad_parts(n), max(WINOGRAD4_MIN_PARTS, -(-n * th * tw // cap)))
+        group = max(1, min(WINOGRAD4_TILES // (thx * twx), -(-n // parts)))  # examples an input-gradient GEMM
+        dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
+        du_parts = ws.buf("du4_parts", (parts, co * 36 * ci))
+        db_parts = ws.buf("db_parts", (parts, co))
+        work = ws.buf("wino4_work", (63 * max(ci, co),))
+        u2 = ws.buf("wino4_u2", (36, co, ci))
+        launch(K.winograd4_filters, u2, weight, True, work, _ALWAYS, _NO_VERSION)
+        zb = ws.buf("zb", (ci,))
+        zb[:] = 0  # the input gradient's "bias" in the shared epilogue
+        skew = K.conv2d_winograd4.SKEW
+        s = self.slots
+        launch(K.conv2d_backward_winograd4, dx, du_parts, db_parts, ws.buf("wgw", (s, co * oh * ow)),
+               ws.buf("w4gp", (s, hg * wg * co)), ws.buf("w4p", (s, (4 * th + 2) * (4 * tw + 2) * ci)),
+               ws.buf("w4bv", (s, 36 * (cap * ci + skew) if need_dw else 1)),
+               ws.buf("w4bm", (s, 36 * (cap * co + skew) if need_dw else 1)),
+               ws.buf("w4xv", (s, 36 * (group * thx * twx * co + skew) if need_dx else 1)),
+               ws.buf("w4xm", (s, 36 * (group * thx * twx * ci + skew) if need_dx else 1)),
+               ws.buf("w4xy", (s, 16 * thx * twx * ci)),
+               ws.buf("w4s", (s, 24 * (max(tw, twx) + 1) * max(ci, co))),
+               ws.buf("w4xe", (s, h * w * ci)), zb, *self.pooled_workspaces(ws, pool), dy, x, u2,
+               self.pooled_y(ws, pool), argmax, ph, pw, group, cap, need_dx, need_dw, relu, *(pool or (0, 0)))
+        du = ws.buf("du4", (co, 36, ci))
+        launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (co, 36, ci, 1), (36 * ci, ci, 1, 1))
+        launch(K.winograd4_filter_gradient, dweight, du, work)
+        return dx if need_dx else None
+
+
+def tiles4(oh: int, ow: int, pool: Pair | None = None) -> tuple[int, int]:
+    """F(4x4, 3x3)'s tile rows and tiles per row over the computed part of an oh x ow output (as
+    the kernels' winograd4_tiles)."""
+    oh, ow = WinogradPlan.computed(oh, ow, pool)
+    return (oh + 3) // 4, (ow + 3) // 4

@@ -5,6 +5,7 @@ from . import conv2d_gemm as _conv2d_gemm
 from . import conv2d_positions as _conv2d_positions
 from . import conv2d_wide as _conv2d_wide
 from . import conv2d_winograd as _conv2d_winograd
+from . import conv2d_winograd4 as _conv2d_winograd4
 from . import dense as _dense
 from . import normalize as _normalize
 from . import pool as _pool
@@ -26,6 +27,12 @@ from .conv2d_winograd import (
     conv2d_forward_winograd,
     winograd_filter_gradient,
     winograd_filters,
+)
+from .conv2d_winograd4 import (
+    conv2d_backward_winograd4,
+    conv2d_forward_winograd4,
+    winograd4_filter_gradient,
+    winograd4_filters,
 )
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
@@ -51,6 +58,7 @@ __all__ = [
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "position_filters",
     "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",
+    "conv2d_backward_winograd4", "conv2d_forward_winograd4", "winograd4_filter_gradient", "winograd4_filters",
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",
@@ -75,6 +83,7 @@ TEAM_BLOCKS = {
     conv2d_forward_positions: _blocks(_conv2d_positions, "conv2d_forward_positions"),
     conv2d_forward_wide: _blocks(_conv2d_wide, "conv2d_forward_wide"),
     conv2d_forward_winograd: _blocks(_conv2d_winograd, "conv2d_forward_winograd"),
+    conv2d_forward_winograd4: _blocks(_conv2d_winograd4, "conv2d_forward_winograd4"),
     dense_forward: _blocks(_dense, "dense_forward"),
     normalize_forward: _blocks(_normalize, "normalize_forward"),
     maxpool2d_forward: _blocks(_pool, "maxpool2d_forward"),
@@ -83,4 +92,4 @@ TEAM_BLOCKS = {
 }
 # Serial kernels (no parallel region inside) that inference programs call: a team runs them on one
 # thread.
-TEAM_SERIAL = frozenset({winograd_filters, position_filters})
+TEAM_SERIAL = frozenset({winograd_filters, winograd4_filters, position_filters})
