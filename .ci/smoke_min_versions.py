@@ -28,15 +28,18 @@ from numbacnn.backend.cpu_conv import PositionsPlan  # noqa: E402
 rng = np.random.default_rng(0)
 x = rng.standard_normal((3, 32, 7, 8)).astype(np.float32)
 out = {}
-for plan in ("winograd", "positions"):
+for plan in ("winograd", "winograd4", "positions"):  # F(2x2, 3x3), F(4x4, 3x3)
     conv = nc.Conv2D(32, 32, 3, padding=1).initialize(0)
     assert conv.strategy == "winograd"
     if plan == "positions":
         conv._plan = PositionsPlan(conv.geometry)
     else:
         conv.plan.always = True
+        conv.plan.f4 = plan == "winograd4"
     y = conv.forward(x, training=True)
+    assert plan == "positions" or conv.plan.ran_f4 == (plan == "winograd4")
     out[plan] = (y.copy(), conv.backward(np.ones_like(y)).copy(), conv.dweight.copy())
-for a, b in zip(out["winograd"], out["positions"]):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-4)
+for plan in ("winograd", "winograd4"):
+    for a, b in zip(out[plan], out["positions"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-4)
 print(f"minimum versions: trainer test accuracy {acc:.3f}, estimator score {score:.3f}, Winograd agrees")

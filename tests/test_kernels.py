@@ -54,6 +54,7 @@ CONV_CASES = [  # (N, Ci, H, W, Co, K, stride, padding)
     (5, 32, 9, 6, 16, 3, 1, 0),  # F(4x4, 3x3): unpadded, a part of a tile in each direction
     (3, 16, 5, 11, 48, 3, 1, 2),  # F(4x4, 3x3): padding 2, panels of 16 columns
     (70, 16, 3, 3, 64, 3, 1, 1),  # F(4x4, 3x3): 3 x 3 outputs in one tile, input gradients in groups
+    (9, 24, 13, 10, 32, 3, 1, 1),  # F(4x4, 3x3): 24 input channels (one panel of 24 for the input gradient)
 ]
 
 
@@ -111,7 +112,7 @@ def _other_row_plan(layer, plan):
     """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
     for a "direct" layer and the reverse), so that both stay checked on every shape; "winograd":
     the Winograd plan, for every 3x3 stride-1 shape whatever its channels; "winograd4": its
-    F(4x4, 3x3) (channels in and out divisible by 16)."""
+    F(4x4, 3x3) (output channels divisible by 16)."""
     if plan in ("winograd", "winograd4"):
         from numbacnn.backend.cpu_conv import WinogradPlan
 
@@ -143,7 +144,7 @@ def _row_cases(cases):
             out.append((*case, "swapped"))
         if layer.strategy != "winograd" and WinogradPlan.fits(layer.geometry):
             out.append((*case, "winograd"))
-        if WinogradPlan.fits(layer.geometry) and Ci % 16 == 0 and Co % 16 == 0:
+        if WinogradPlan.fits(layer.geometry) and Co % 16 == 0:
             out.append((*case, "winograd4"))
     return out
 
@@ -1089,22 +1090,33 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=2e-3)
 
 
-def test_winograd4_runs_wide_layers_where_its_tiles_do_less_work(rng):
-    """F(4x4, 3x3) takes layers of at least WINOGRAD4_MIN_CHANNELS channels in and out (multiples of
-    16) whose 4x4 tiles do at most the multiply-adds of the 2x2 tiles, in batches of at least
-    WINOGRAD4_MIN_TILES tiles; F(2x2, 3x3) (or its fallback) runs the rest."""
+def test_winograd4_runs_where_its_tiles_do_less_work(rng):
+    """F(4x4, 3x3) takes Winograd layers of at least WINOGRAD4_MIN_CHANNELS channels in and out
+    (output channels a multiple of 16) whose 4x4 tiles do at most the multiply-adds of the 2x2
+    tiles, in batches of at least WINOGRAD4_MIN_EXAMPLES examples and WINOGRAD4_MIN_TILES tiles;
+    F(2x2, 3x3) (or its fallback) runs the rest, and the backward follows the forward that ran."""
     import numbacnn.backend.cpu_conv as cc
 
-    assert cc.WINOGRAD4_MIN_CHANNELS == 64 and cc.WINOGRAD4_MIN_TILES == 16 and cc.WINOGRAD4_MAX_WORK == 1.0
+    assert (cc.WINOGRAD4_MIN_CHANNELS, cc.WINOGRAD4_MAX_WORK, cc.WINOGRAD4_MIN_EXAMPLES,
+            cc.WINOGRAD4_MIN_TILES) == (24, 1.0, 8, 16)
     plan = nc.Conv2D(256, 256, 3, padding=1).plan
-    assert plan.runs_f4((4, 256, 7, 7)) and not plan.runs_f4((3, 256, 7, 7))  # 16 and 12 tiles
-    assert plan.runs_f4((4, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
+    assert plan.runs_f4((8, 256, 7, 7)) and not plan.runs_f4((7, 256, 7, 7))  # examples
+    assert plan.runs_f4((8, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
     assert plan.runs_f4((16, 256, 4, 4)) and plan.runs_f4((16, 256, 3, 3))  # 36 against 64 a 4 x 4
+    assert not plan.runs_f4((15, 256, 3, 3))  # 15 tiles
     assert plan.runs_f4((16, 256, 15, 15), (2, 2))  # 576 against 784
     assert not plan.runs_f4((16, 256, 2, 2))  # one 4x4 tile (36) against one 2x2 tile (16)
-    for ci, co in ((48, 64), (64, 48), (64, 72), (72, 64)):
-        assert not nc.Conv2D(ci, co, 3, padding=1).plan.runs_f4((64, ci, 8, 8))
-    assert nc.Conv2D(64, 64, 3, padding=1).plan.runs_f4((64, 64, 8, 8))
+    for ci, co, f4 in ((24, 64, True), (64, 24, False), (64, 72, False), (72, 64, True)):
+        assert nc.Conv2D(ci, co, 3, padding=1).plan.runs_f4((64, ci, 8, 8)) == f4, (ci, co)
+    layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
+    for n, f4 in ((8, True), (7, False)):
+        x = f32(rng.standard_normal((n, 32, 8, 8)))
+        y = layer.forward(x, training=True)
+        assert layer.plan.ran_f4 == f4  # 7 examples: F(2x2, 3x3), here its "positions" fallback
+        rdx, rdw, _ = ref.conv2d_backward(np.ones_like(y), x, layer.weight, 1, 1)
+        dx = layer.backward(np.ones_like(y))
+        assert np.abs(dx - rdx).max() <= 2e-5 * np.abs(rdx).max()
+        assert np.abs(layer.dweight - rdw).max() <= 2e-5 * np.abs(rdw).max()
 
 
 @pytest.mark.parametrize("N,H,P,pool", [(24, 7, 1, None), (13, 7, 1, (2, 2)), (40, 3, 1, None)])

@@ -412,14 +412,21 @@ WINOGRAD_WIDE_CHANNELS = 64
 # 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's whole step 1.35x faster.
 WINOGRAD_ODD_MIN_TILES = 512
 # F(4x4, 3x3) (conv2d_winograd4.py) runs layers of at least WINOGRAD4_MIN_CHANNELS channels in and
-# out (multiples of 16) whose 4x4 tiles take at most WINOGRAD4_MAX_WORK of the multiply-adds of the
-# 2x2 tiles (7 x 7 outputs: 144 / 256; 15 x 15 under a 2 x 2 pool: 576 / 784; not 7 x 7 under a
-# pool, 144 / 144), in batches of at least WINOGRAD4_MIN_TILES tiles. Its forward blocks take whole
-# examples, about WINOGRAD4_TILES tiles; its weight gradient sums over up to WINOGRAD4_DW_TILES
-# tiles per GEMM, in at least WINOGRAD4_MIN_PARTS parts of the batch (fewer, larger parts than
-# GRAD_PARTS: each part's transformed gradient is 36 Ci Co floats).
-WINOGRAD4_MIN_CHANNELS = 64
+# out (the output channels a multiple of 16) whose 4x4 tiles take at most WINOGRAD4_MAX_WORK of the
+# multiply-adds of the 2x2 tiles (7 x 7 outputs: 144 / 256; 15 x 15 under a 2 x 2 pool: 576 / 784;
+# 7 x 7 under one: 144 / 144), in batches of at least WINOGRAD4_MIN_EXAMPLES examples and
+# WINOGRAD4_MIN_TILES tiles. Forward + backward against F(2x2, 3x3), interleaved (AMD Zen 4, 2
+# threads): airbench94's 256 -> 256 on 7 x 7 0.68x the time at batch 1024, 0.68x under its pool, on
+# 3 x 3 0.48x; 64 -> 256 on 15 x 15 under a pool 0.93x, 64 -> 64 0.76x, 24 -> 64 on 31 x 31 under a
+# pool 0.88x; at batch 32-128 0.82-0.91x for 24-64 channels (mnistcnn's 32 -> 64 on 26 x 26, 32 -> 32
+# on 28 x 28 and 16 x 16, 64 -> 64 on 14 x 14 and 8 x 8). Its blocks take whole examples, so one
+# example runs on one thread: inference at batch 1 took 1.1-1.4x the time (2 threads), at batch 8
+# 0.79x. Its forward blocks take about WINOGRAD4_TILES tiles; its weight gradient sums over up to
+# WINOGRAD4_DW_TILES tiles per GEMM, in at least WINOGRAD4_MIN_PARTS parts of the batch (fewer,
+# larger parts than GRAD_PARTS: each part's transformed gradient is 36 Ci Co floats).
+WINOGRAD4_MIN_CHANNELS = 24
 WINOGRAD4_MAX_WORK = 1.0
+WINOGRAD4_MIN_EXAMPLES = 8
 WINOGRAD4_MIN_TILES = 16
 WINOGRAD4_TILES = 64
 WINOGRAD4_DW_TILES = 256
@@ -454,12 +461,13 @@ class WinogradPlan(CpuConvPlan):
         self.ran_f4 = False
 
     def runs_f4(self, shape: tuple[int, ...], pool: Pair | None = None) -> bool:
-        """Whether a forward of this input shape (with this fused pool) runs F(4x4, 3x3): channels
-        in and out divisible by 16, at least WINOGRAD4_MIN_CHANNELS of them, the 4x4 tiles' work at
-        most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_TILES tiles in the batch (the shapes
-        only; ``f4`` True: wherever the channels allow, False: never)."""
+        """Whether a forward of this input shape (with this fused pool) runs F(4x4, 3x3): output
+        channels divisible by 16, at least WINOGRAD4_MIN_CHANNELS channels in and out, the 4x4
+        tiles' work at most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_EXAMPLES examples
+        and WINOGRAD4_MIN_TILES tiles in the batch (the shapes only, never the thread count: the two
+        round differently; ``f4`` True: wherever the output channels allow, False: never)."""
         g = self.geometry
-        if self.f4 is False or g.in_channels % 16 or g.out_channels % 16:
+        if self.f4 is False or g.out_channels % 16:
             return False
         if self.f4:
             return True
@@ -469,7 +477,7 @@ class WinogradPlan(CpuConvPlan):
         th2, tw2 = self.tiles(oh, ow, pool)
         return (min(g.in_channels, g.out_channels) >= WINOGRAD4_MIN_CHANNELS
                 and 36 * th4 * tw4 <= WINOGRAD4_MAX_WORK * 16 * th2 * tw2
-                and n * th4 * tw4 >= WINOGRAD4_MIN_TILES)
+                and n >= WINOGRAD4_MIN_EXAMPLES and n * th4 * tw4 >= WINOGRAD4_MIN_TILES)
 
     def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> bool:
         """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
@@ -637,7 +645,7 @@ class WinogradPlan(CpuConvPlan):
     def _backward4(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                    need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         """The backward of _forward4: parts of the batch hold the weight gradient's transforms
-        (Co, 36, Ci), added first and transformed once."""
+        (36, Ci, Co), added first and transformed once."""
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
         (ph, pw), x, argmax = g.padding, ws["x"], ws["pool_argmax"]
@@ -652,7 +660,7 @@ class WinogradPlan(CpuConvPlan):
         parts = min(_config.grad_parts(n), max(WINOGRAD4_MIN_PARTS, -(-n * th * tw // cap)))
         group = max(1, min(WINOGRAD4_TILES // (thx * twx), -(-n // parts)))  # examples an input-gradient GEMM
         dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
-        du_parts = ws.buf("du4_parts", (parts, co * 36 * ci))
+        du_parts = ws.buf("du4_parts", (parts, 36 * ci * co))
         db_parts = ws.buf("db_parts", (parts, co))
         work = ws.buf("wino4_work", (63 * max(ci, co),))
         u2 = ws.buf("wino4_u2", (36, co, ci))
@@ -671,8 +679,8 @@ class WinogradPlan(CpuConvPlan):
                ws.buf("w4s", (s, 24 * (max(tw, twx) + 1) * max(ci, co))),
                ws.buf("w4xe", (s, h * w * ci)), zb, *self.pooled_workspaces(ws, pool), dy, x, u2,
                self.pooled_y(ws, pool), argmax, ph, pw, group, cap, need_dx, need_dw, relu, *(pool or (0, 0)))
-        du = ws.buf("du4", (co, 36, ci))
-        launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (co, 36, ci, 1), (36 * ci, ci, 1, 1))
+        du = ws.buf("du4", (36, ci, co))
+        launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (36, ci, co, 1), (ci * co, co, 1, 1))
         launch(K.winograd4_filter_gradient, dweight, du, work)
         return dx if need_dx else None
 

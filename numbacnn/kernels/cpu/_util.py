@@ -64,14 +64,15 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
     another axis order than dw (a transpose).
 
     dw: flat view of the weight gradient; db: (Co,); dw_parts: (P, M), each row a C-ordered
-    array of ``shape`` (Co, A, B, C) whose element (co, a, b, c) belongs at
-    dw[co * s0 + a * s1 + b * s2 + c * s3], ``strides`` = (s0, s1, s2, s3) in elements;
+    array of ``shape`` (D, A, B, C) (D is Co, or any axis: Winograd's (36, Ci, Co, 1)) whose element
+    (d, a, b, c) belongs at
+    dw[d * s0 + a * s1 + b * s2 + c * s3], ``strides`` = (s0, s1, s2, s3) in elements;
     db_parts: (P, Co). Row 0 of dw_parts is the accumulator (overwritten).
     """
-    Co, A, B, C = shape
+    D, A, B, C = shape
     R = B * C
     G = parts_rows(R)
-    n_blocks = -(-(Co * A) // G)
+    n_blocks = -(-(D * A) // G)
     # disjoint blocks of G rows (co, a); the last one: db
     args = (dw, db, dw_parts, db_parts, shape, strides)
     parallel_blocks(n_blocks + 1, sum_parts_part, args)
@@ -80,21 +81,21 @@ def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
 @kernel(float_division=True)
 def sum_parts_part(blk, dw, db, dw_parts, db_parts, shape, strides):
     """Part ``blk`` of sum_parts: one iteration of its parallel loop."""
-    Co, A, B, C = shape
+    D, A, B, C = shape
     s0, s1, s2, s3 = strides
     P = dw_parts.shape[0]
     R = B * C
     G = parts_rows(R)
-    n_blocks = -(-(Co * A) // G)
+    n_blocks = -(-(D * A) // G)
     if blk == n_blocks:
-        for co in range(Co):
+        for co in range(db.shape[0]):  # the parts' first axis need not be the output channels'
             s = db_parts[0, co]
             for p in range(1, P):
                 s += db_parts[p, co]
             db[co] = s
     else:
         t0 = blk * G
-        t1 = min(Co * A, t0 + G)
+        t1 = min(D * A, t0 + G)
         acc = dw_parts[0, t0 * R:t1 * R]
         for p in range(1, P):
             src = dw_parts[p, t0 * R:t1 * R]

@@ -25,6 +25,7 @@ from ..._config import kernel
 from ..._parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, unchanged
+from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
 from .microkernel import gemm_nn, gemm_tn
 
@@ -127,8 +128,9 @@ def _gt(d, d0, ds, s, s0, ss, n):
 
 @kernel()
 def panel(B):
-    """Columns of a panel of the packed filter transforms (winograd4_filters) of B columns."""
-    return 64 if B % 64 == 0 else (32 if B % 32 == 0 else 16)
+    """Columns of a panel of the packed filter transforms (winograd4_filters) of B columns: 64, 32
+    or 16, or all B where 16 does not divide them."""
+    return 64 if B % 64 == 0 else (32 if B % 32 == 0 else (16 if B % 16 == 0 else B))
 
 
 @kernel()
@@ -173,8 +175,14 @@ def winograd4_filters(U, w, rotate, work, seen, version):
 @kernel()
 def _gemms4(mf, KM, vf, KV, Uf, TB, Ci, Co):
     """M[k] (TB, Co) = V[k] (TB, Ci) @ U[k] (Ci, Co) for the 36 k (matrices k at k * KM and k * KV
-    floats in mf and vf; U packed by winograd4_filters): a GEMM per panel, on the FMA blocks."""
+    floats in mf and vf; U packed by winograd4_filters): a GEMM per panel, on the FMA blocks (by
+    the BLAS for fewer than 16 columns)."""
     P = panel(Co)
+    if Co < 16:  # narrower than a vector (the input gradient of a layer of few input channels)
+        for k in range(36):
+            sgemm(False, False, TB, Co, Ci, np.float32(1.0), vf, k * KV, Ci, Uf, k * Ci * Co, Co,
+                  np.float32(0.0), mf, k * KM, Co)
+        return
     for k in range(36):
         for p in range(Co // P):
             gemm_nn(mf, k * KM + p * P, Co, vf, k * KV, Ci, Uf, (k * (Co // P) + p) * Ci * P, P, TB, P, Ci)
@@ -182,19 +190,19 @@ def _gemms4(mf, KM, vf, KV, Uf, TB, Ci, Co):
 
 @kernel()
 def winograd4_filter_gradient(dw, du, work):
-    """dw (Co, Ci, 3, 3) = G^T du[co, :, ci] G: the filter gradients from their transforms du
-    (Co, 36, Ci), the sum of conv2d_backward_winograd4's parts. work: 27 * Ci floats."""
+    """dw (Co, Ci, 3, 3) = G^T du[:, ci, co] G: the filter gradients from their transforms du
+    (36, Ci, Co), the sum of conv2d_backward_winograd4's parts. work: 27 * Co floats."""
     Co, Ci = dw.shape[0], dw.shape[1]
     duf = du.reshape(du.size)
-    for co in range(Co):
+    for ci in range(Ci):
         for j in range(6):  # q = G^T u: row r, column j at work[3 j + r]
-            _gt(work, 3 * j * Ci, Ci, duf, (co * 36 + j) * Ci, 6 * Ci, Ci)
+            _gt(work, 3 * j * Co, Co, duf, (j * Ci + ci) * Co, 6 * Ci * Co, Co)
         for r in range(3):  # dg = q G: row r, column c at work[18 + 3 r + c]
-            _gt(work, (18 + 3 * r) * Ci, Ci, work, r * Ci, 3 * Ci, Ci)
-        d = dw[co]
-        for ci in range(Ci):
+            _gt(work, (18 + 3 * r) * Co, Co, work, r * Co, 3 * Co, Co)
+        for co in range(Co):
+            d = dw[co, ci]
             for t in range(9):
-                d[ci, t // 3, t % 3] = work[(18 + t) * Ci + ci]
+                d[t // 3, t % 3] = work[(18 + t) * Co + co]
 
 
 @kernel()
@@ -283,14 +291,15 @@ def _gradient_tiles4(zf, gp, sc, Wg, Co, TH, TW, OY, OX, T0, KS):
 
 @kernel()
 def _weight_gemms4(duf, mf, vf, Co, Ci, TB, KM, KV, first):
-    """dU[:, k, :] (Co, Ci) (+)= dM[k]^T (Co, TB) @ V[k] (TB, Ci) for the 36 k (duf: flat (Co, 36,
-    Ci)); overwrites when first (with zeros when TB is 0). Ci divisible by 16."""
+    """dU[k] (Ci, Co) (+)= V[k]^T (Ci, TB) @ dM[k] (TB, Co) for the 36 k (the weight gradient's
+    transforms, transposed: duf flat (36, Ci, Co), any Ci); overwrites when first (with zeros when
+    TB is 0). Co divisible by 16."""
     if TB == 0:
         if first:
             duf[:] = np.float32(0.0)
         return
     for k in range(36):
-        gemm_tn(duf, k * Ci, 36 * Ci, mf, k * KM, Co, vf, k * KV, Ci, Co, Ci, TB, first)
+        gemm_tn(duf, k * Ci * Co, Co, vf, k * KV, Ci, mf, k * KM, Co, Ci, Co, TB, first)
 
 
 @kernel()
@@ -387,7 +396,7 @@ def conv2d_forward_winograd4_block(i, out, argmax, yw, vw, mw, sw, pw, ew, x, U,
 def conv2d_backward_winograd4(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, ew, zb, gmask,
                               gidx, dout, x, U2, y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW):
     """Gradients of conv2d_forward_winograd4, as conv2d_backward_winograd's (its dx, du_parts
-    (P, Co * 36 * Ci), db_parts, gmask, gidx, dout, y, argmax): P parts of the batch, each summing
+    (P, 36 * Ci * Co), db_parts, gmask, gidx, dout, y, argmax): P parts of the batch, each summing
     the transformed weight gradient of its examples in GEMMs over up to CAP tiles (whole examples),
     and computing the input gradient of G examples at a time. U2: the rotated transformed filters
     (36, Co, Ci); zb: (Ci,) zeros. Workspaces indexed by thread: gw (T, Co * OH * OW); gpw (T, Hg *
@@ -465,7 +474,7 @@ def conv2d_backward_winograd4_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, m
             yf = yw[t].reshape(yw.shape[1])[:16 * TPX * Ci]
             for n in range(g0, g1):
                 _output_tiles4(yf, mx, sc, Ci, THx, TWx, (n - g0) * TPX, KMX)
-                if Hx == H and Wx == W and H * W >= 16:
+                if Hx == H and Wx == W and H * W >= 16 and Ci % 16 == 0:
                     rows_transposed(dx[n].reshape(Ci * H * W), H, 0, yf, zb, 4 * TWx, 0, H, W, False, ew[t],
                                     False)
                 else:
