@@ -580,6 +580,7 @@ def _chain_oracle(net, x):
     (3, 17, 13, 48),  # odd sides (half-empty last tiles, an odd row the pool drops), 3 x 16 channels
     (2, 12, 10, 40),  # channels not in 16s: the exact epilogue into channel-last rows
     (1, 8, 8, 32),  # too few tiles: the "positions" fallback converts layouts on the way
+    (9, 12, 14, 32),  # 9 examples: F(4x4, 3x3) on all three layers, channel-last planes and rows
 ])
 def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W, Co2):
     """Consecutive Winograd layers hand each other channel-last activations in inference (no
@@ -594,6 +595,7 @@ def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W
     if N > 1:
         x[-1, 5, H // 2, W // 3] = np.nan
     y = net.forward(x)
+    assert [c.plan.ran_f4 for c in convs] == [N >= 8] * 3
     np.testing.assert_allclose(y[:good], _chain_oracle(net, x[:good]), rtol=1e-4, atol=1e-4)
     assert not np.isnan(y[:good]).any() and (N == 1 or np.isnan(y[-1]).any())
     features = net.forward(x, upto=7)  # stops between the second and third convs: channel-first
