@@ -207,9 +207,14 @@ def test_strategy_nets_cover_every_path():
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
 def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
     """Every parameter gradient and dL/dx against the oracle's backward; with integer data and
-    weights (ties) pooling windows hold equal maxima, which must go to the first one."""
+    weights (ties) pooling windows hold equal maxima, which must go to the first one (there the
+    Winograd layers run F(2x2, 3x3), exact on integers: F(4x4, 3x3)'s 1/6 and 1/24 round the sums,
+    which it takes otherwise for the 32 -> 32 layer of these 11 examples)."""
     net, spec, shape = _strategy_net(name)
     n = 11
+    winograd = [la for la in net.layers if getattr(la, "strategy", "") == "winograd"]
+    for layer in winograd:
+        layer.plan.f4 = False if ties else None
     if ties:
         x = f32(rng.integers(-1, 3, (n,) + shape))
         net.load_state_dict({k: f32(rng.integers(-1, 2, v.shape) * 0.25)
@@ -218,6 +223,7 @@ def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
         x = f32(rng.standard_normal((n,) + shape))
     y = rng.integers(0, 3, n)
     loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    assert any(la.plan.ran_f4 for la in winograd) == (bool(winograd) and not ties)
     dx = net.backward(d)
     params = [v.astype(np.float64) for v in net.state_dict().values()]
     rloss, rgrads, rdx = ref.network_gradients(spec, params, x, y)
