@@ -11,6 +11,8 @@ and weight decay 0.0153 per 1024 examples, BatchNorm biases at 64x the learning 
 smoothing 0.2, batch 1024 with the last partial batch dropped, 9.9 epochs on airbench's triangular
 schedule, Lookahead every 5 steps from the 4th epoch with its cubic decay ramp, reflect-padded
 translation by up to 2 pixels and alternating flips, and mirror + translate test-time augmentation.
+The Lookahead schedule is the one airbench94 was released with; the repository later starts it at
+the 5th step and takes the slow weights back only at the end (its author expects +0.01 %).
 
 airbench sums the loss over the batch; numbacnn's trainer takes its mean, so the learning rate is
 multiplied by the batch size and the weight decay divided by it: the same updates.
