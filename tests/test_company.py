@@ -78,6 +78,40 @@ def test_two_trainings_at_once_take_no_longer_than_one_after_the_other():
     assert min(ratios) <= 1.1, ratios
 
 
+IDLE = """
+import time
+import numpy as np
+import numbacnn as nc
+net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
+x = np.random.default_rng(0).random((64, 1, 28, 28), dtype=np.float32)
+net.forward(x)
+idle = 0.0
+for _ in range(40):  # a parallel forward, then 20 ms in which this process has nothing to do
+    net.forward(x)
+    t = time.process_time()
+    time.sleep(0.02)
+    idle += time.process_time() - t
+print(nc.get_num_threads(), idle / 40)
+"""
+
+
+@pytest.mark.slow
+def test_idle_threads_sleep_instead_of_spinning():
+    """What makes company cheap, measured directly and without other processes: after a parallel
+    kernel, numbacnn's OpenMP threads spin for a moment and sleep, so 20 ms of the main thread's
+    sleep cost the process almost no CPU time. Zen 4, 2 threads: 0.15 ms of CPU time each; with
+    libgomp's default spin (GOMP_SPINCOUNT=300000) 7.8 ms: the other thread busy-waits."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    r = subprocess.run([sys.executable, "-c", IDLE], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=dict(base, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    threads, idle = r.stdout.split()
+    assert threads == "2"
+    assert float(idle) < 1e-3, f"{1000 * float(idle):.2f} ms of CPU time in 20 ms of idleness"
+
+
 SEARCH = """
 import json, time
 import joblib

@@ -179,11 +179,16 @@ SPECS = {
     # 3 blocks of rows an example ("positions": a Winograd layer runs it on odd output sides; 60
     # output channels: columns and GEMMs, whose blocks the shapes choose, not FMA blocks)
     "row blocks": ("conv(60,3,padding=1),relu,dense(10)", (64, 7, 7)),
-    # Winograd: a fused pool over odd rows, tile-row blocks, weight GEMMs collected across a part's
-    # examples and flushed between them (96 x 96 channels: 97 tiles at most, 36 an example); 40
-    # input channels: OpenBLAS GEMMs (not a multiple of 16), whose bits depend on the blocks
+    # Winograd F(2x2, 3x3): a fused pool over odd rows, tile-row blocks, weight GEMMs collected
+    # across a part's examples and flushed between them (96 x 96 channels: 97 tiles at most, 36 an
+    # example); 40 input channels: OpenBLAS GEMMs (not a multiple of 16), whose bits depend on the
+    # blocks
     "winograd": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
                  "dense(10)", (40, 25, 23)),
+    # the same layers on F(4x4, 3x3) where its rule takes them (the batch of 130: blocks of whole
+    # examples, weight gradients over parts of the batch), F(2x2, 3x3) for the 1 and 3 examples
+    "winograd4": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
+                  "dense(10)", (40, 25, 23)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
@@ -195,13 +200,18 @@ for name, (spec, shape) in SPECS.items():
         assert numba.get_num_threads() == threads
         net = nc.build_network(spec, shape, 10, seed=5)
         for layer in net.layers:
-            if name == "winograd" and getattr(layer, "strategy", "") == "winograd":
+            if name.startswith("winograd") and getattr(layer, "strategy", "") == "winograd":
                 layer.plan.always = True  # odd sides, batches 1 and 3 too
+                layer.plan.f4 = None if name == "winograd4" else False
         opt = nc.Adam(net, lr=1e-3)
         for _ in range(3):
             _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
             dx = net.backward(d)
             opt.step()
+        if name.startswith("winograd"):  # which Winograd the training steps ran
+            ran_f4 = [layer.plan.ran_f4 for layer in net.layers
+                      if getattr(layer, "strategy", "") == "winograd"]
+            assert len(ran_f4) == 3 and set(ran_f4) == {name == "winograd4"}, (name, ran_f4)
         small = net.forward(x[:1]).tobytes() + net.forward(x[:3]).tobytes()  # row blocks per example
         h = hashlib.sha256(net.params.tobytes() + net.grads.tobytes() + dx.tobytes() + small).hexdigest()
         print(name, threads, h)
@@ -226,7 +236,7 @@ def test_results_identical_for_1_2_3_and_16_threads():
     for line in r.stdout.splitlines():
         *name, threads, digest = line.split()
         hashes.setdefault(" ".join(name), {})[threads] = digest
-    assert len(hashes) == 7
+    assert len(hashes) == 8
     for name, by_threads in hashes.items():
         assert set(by_threads) == {"1", "2", "3", "16"}, name
         assert len(set(by_threads.values())) == 1, (name, by_threads)

@@ -422,9 +422,10 @@ WINOGRAD_ODD_MIN_TILES = 512
 # on 28 x 28 and 16 x 16, 64 -> 64 on 14 x 14 and 8 x 8). Its blocks take whole examples, so one
 # example runs on one thread: inference at batch 1 took 1.1-1.4x the time (2 threads), at batch 8
 # 0.79x; mnistcnn's and modern's predictions at batch 64-256 0.94-1.05x (within this machine's
-# noise: mnistcnn at batch 128 read 32-47 thousand img/s either way). Its forward blocks take about WINOGRAD4_TILES tiles; its weight gradient sums over up to
-# WINOGRAD4_DW_TILES tiles per GEMM, in at least WINOGRAD4_MIN_PARTS parts of the batch (fewer,
-# larger parts than GRAD_PARTS: each part's transformed gradient is 36 Ci Co floats).
+# noise: mnistcnn at batch 128 read 32-47 thousand img/s either way). Its forward blocks take about
+# WINOGRAD4_TILES tiles; its weight gradient sums over up to WINOGRAD4_DW_TILES tiles per GEMM, in at
+# least WINOGRAD4_MIN_PARTS parts of the batch (fewer, larger parts than GRAD_PARTS: each part's
+# transformed gradient is 36 Ci Co floats).
 WINOGRAD4_MIN_CHANNELS = 24
 WINOGRAD4_MAX_WORK = 1.0
 WINOGRAD4_MIN_EXAMPLES = 8
