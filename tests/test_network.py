@@ -167,6 +167,8 @@ import numpy as np
 import numba
 import numbacnn as nc
 
+WINOGRAD = ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),dense(10)",
+            (40, 25, 23))
 SPECS = {
     "lenet5": ("lenet5", (1, 28, 28)),
     "strided": ("conv(4,3,stride=2),relu,conv(8,3),relu,dense(150),relu", (1, 28, 28)),
@@ -183,12 +185,10 @@ SPECS = {
     # across a part's examples and flushed between them (96 x 96 channels: 97 tiles at most, 36 an
     # example); 40 input channels: OpenBLAS GEMMs (not a multiple of 16), whose bits depend on the
     # blocks
-    "winograd": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
-                 "dense(10)", (40, 25, 23)),
+    "winograd": WINOGRAD,
     # the same layers on F(4x4, 3x3) where its rule takes them (the batch of 130: blocks of whole
     # examples, weight gradients over parts of the batch), F(2x2, 3x3) for the 1 and 3 examples
-    "winograd4": ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),"
-                  "dense(10)", (40, 25, 23)),
+    "winograd4": WINOGRAD,
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
@@ -199,18 +199,18 @@ for name, (spec, shape) in SPECS.items():
         nc.set_num_threads(threads)
         assert numba.get_num_threads() == threads
         net = nc.build_network(spec, shape, 10, seed=5)
-        for layer in net.layers:
-            if name.startswith("winograd") and getattr(layer, "strategy", "") == "winograd":
-                layer.plan.always = True  # odd sides, batches 1 and 3 too
-                layer.plan.f4 = None if name == "winograd4" else False
+        wino = [la for la in net.layers
+                if name.startswith("winograd") and getattr(la, "strategy", "") == "winograd"]
+        for layer in wino:
+            layer.plan.always = True  # odd sides, batches 1 and 3 too
+            layer.plan.f4 = None if name == "winograd4" else False
         opt = nc.Adam(net, lr=1e-3)
         for _ in range(3):
             _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
             dx = net.backward(d)
             opt.step()
-        if name.startswith("winograd"):  # which Winograd the training steps ran
-            ran_f4 = [layer.plan.ran_f4 for layer in net.layers
-                      if getattr(layer, "strategy", "") == "winograd"]
+        if wino:  # which Winograd the training steps ran
+            ran_f4 = [layer.plan.ran_f4 for layer in wino]
             assert len(ran_f4) == 3 and set(ran_f4) == {name == "winograd4"}, (name, ran_f4)
         small = net.forward(x[:1]).tobytes() + net.forward(x[:3]).tobytes()  # row blocks per example
         h = hashlib.sha256(net.params.tobytes() + net.grads.tobytes() + dx.tobytes() + small).hexdigest()
