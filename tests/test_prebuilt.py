@@ -68,9 +68,22 @@ for spec, opt, kw in (  # forward and backward called one by one
         net.backward(d)
         o.step()
     digests[opt] = hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest()
+# F(4x4, 3x3) (32 -> 32 on 12 x 12) with BatchNorm and GELU, and 2x2 and 1x1 layers' weight gradients
+# (a tap per kernel row): their fast-math loops once compiled differently fresh and from the cache
+x = rng.random((8, 1, 13, 13), dtype=np.float32)
+y = rng.integers(0, 3, 8)
+net = nc.build_network("conv(8,2,bias=False),relu,conv(32,3,padding=same),bn,gelu,conv(32,3,padding=same),bn,"
+                       "gelu,maxpool(2),conv(8,1)", (1, 13, 13), 3, seed=0)
+o = nc.SGD(net, lr=0.05, momentum=0.9)
+for _ in range(2):
+    _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    net.backward(d)
+    o.step()
+f4 = net.layers[5].plan.ran_f4
+digests["winograd4"] = hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest()
 misses = {name: sum(getattr(K, name).stats.cache_misses.values()) for name in K.__all__}
 print(json.dumps({"params": out, "digests": digests, "compiled": {k: v for k, v in misses.items() if v},
-                  "level": nc.prebuilt._level_and_stamp()[0]}))
+                  "level": nc.prebuilt._level_and_stamp()[0], "f4": f4}))
 """
 
 
@@ -96,14 +109,15 @@ def test_kernels_from_numba_s_cache_and_from_the_tier_compute_what_fresh_ones_do
     it): TRAIN with the tier off, twice over one numba cache, compiling every kernel into the empty
     cache and then loading them all from it, gives the same bits (when the parallel loops were prange
     loops, fast-math 'contract' made LLVM fuse multiply-adds differently in the two, and 'reassoc'
-    regrouped BatchNorm's input gradient in a fresh compile only). Then, where a tier is compiled
+    regrouped BatchNorm's input gradient, F(4x4, 3x3)'s transforms and a one-tap weight gradient's
+    sums in a fresh compile only). Then, where a tier is compiled
     here, every level this host can run (`python -m numbacnn compile` builds the host's; with
     --all-levels an AVX-512 host also has the x86-64-v3 cap) trains from an empty cache as the
     compiled run does."""
     cache = tmp_path / "numba-cache"
     first = _train(cache, NUMBACNN_PREBUILT="0")
     second = _train(cache, NUMBACNN_PREBUILT="0")
-    assert first["compiled"] and list(cache.rglob("*.nbi")) and first["level"] is None
+    assert first["compiled"] and list(cache.rglob("*.nbi")) and first["level"] is None and first["f4"]
     assert second["compiled"] == {}  # every kernel came from the cache
     assert second["digests"] == first["digests"]
     info = prebuilt.status()

@@ -186,7 +186,28 @@ def _tap_sums(ga, gb, xs, L, n):
             b1 += q * x1
             b2 += q * x2
     else:
-        for j in range(L):
-            a0 += ga[j] * xs[j]
-            b0 += gb[j] * xs[j]
+        a0, b0 = _one_tap_sums(ga, gb, xs, L)
     return (a0, a1, a2, a3, a4, b0, b1, b2, b3, b4)
+
+
+@kernel(fastmath=False)
+def _one_tap_sums(ga, gb, xs, L):
+    """The dot products of ga and gb with xs (L floats each), in eight lanes each (lane l sums the
+    terms j = l, l + 8, ...; the lanes then added as a fixed tree, the last L % 8 terms after, in
+    order). Without fast-math, so that every compile keeps this order: with 'reassoc', LLVM grouped
+    the plain two-sum loop one way when it compiled it fresh and another in the code numba's disk
+    cache hands back (1x1 and 2x2 layers' weight gradients differed between a first run and later
+    runs of the same seed)."""
+    a = np.zeros(8, np.float32)
+    b = np.zeros(8, np.float32)
+    m = L - L % 8
+    for j in range(0, m, 8):
+        for k in range(8):
+            a[k] += ga[j + k] * xs[j + k]
+            b[k] += gb[j + k] * xs[j + k]
+    sa = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+    sb = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]))
+    for j in range(m, L):
+        sa += ga[j] * xs[j]
+        sb += gb[j] * xs[j]
+    return sa, sb

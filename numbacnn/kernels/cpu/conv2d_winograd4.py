@@ -37,7 +37,10 @@ _F = np.float32
 
 
 # Each transform is a few loops with at most five operands: LLVM vectorises those (with more, its
-# checks that the operands do not overlap outgrow its limit and the loop stays scalar).
+# checks that the operands do not overlap outgrow its limit and the loop stays scalar). The kernels
+# that run them compile without fast-math: with 'reassoc', LLVM regrouped their sums one way in a
+# fresh compile and another in the code numba's disk cache hands back, so a seed's first run on a
+# machine and its later runs trained to different bits (tests/test_prebuilt.py).
 @kernel(inline=True)
 def _copy(d, a):
     for j in range(d.shape[0]):
@@ -133,7 +136,7 @@ def panel(B):
     return 64 if B % 64 == 0 else (32 if B % 32 == 0 else (16 if B % 16 == 0 else B))
 
 
-@kernel()
+@kernel(fastmath=False)
 def winograd4_filters(U, w, rotate, work, seen, version):
     """The filters' transforms U[k] = G g G^T (k = 6 i + j for row i, column j) of every 3x3 filter
     g of w (Co, Ci, 3, 3): U[k] (Ci, Co) from g = w[co, ci] (rotate False, the forward); U[k] (Co,
@@ -188,7 +191,7 @@ def _gemms4(mf, KM, vf, KV, Uf, TB, Ci, Co):
             gemm_nn(mf, k * KM + p * P, Co, vf, k * KV, Ci, Uf, (k * (Co // P) + p) * Ci * P, P, TB, P, Ci)
 
 
-@kernel()
+@kernel(fastmath=False)
 def winograd4_filter_gradient(dw, du, work):
     """dw (Co, Ci, 3, 3) = G^T du[:, ci, co] G: the filter gradients from their transforms du
     (36, Ci, Co), the sum of conv2d_backward_winograd4's parts. work: 27 * Co floats."""
@@ -242,7 +245,7 @@ def _plane4_nhwc(pf, x, PH, PW, Hp, Wp):
         copy_run(pf, u(((PH + i) * Wp + PW) * C), xf, u(i * W * C), u(min(W, Wp - PW) * C))
 
 
-@kernel()
+@kernel(fastmath=False)
 def _input_tiles4(vf, pf, sc, Wp, C, TH, TW, T0, KS):
     """vf (36, T0 + TH * TW, C) (matrix k at k * KS floats; rows T0 .. written) = B^T d B for the
     TH x TW tiles of the plane pf (flat (rows, Wp, C)): d is the 6x6 patch at rows 4 ty ..,
@@ -257,7 +260,7 @@ def _input_tiles4(vf, pf, sc, Wp, C, TH, TW, T0, KS):
                 _bt(vf, 6 * i * KS + o, KS, sc, i * R + 4 * tx * C, C, C)
 
 
-@kernel()
+@kernel(fastmath=False)
 def _output_tiles4(yf, mf, sc, Co, TH, TW, T0, KM):
     """yf (flat (4 TH, 4 TW, Co)) = A^T m A for the TH x TW tiles of rows T0 .. of mf (36, tiles,
     Co) (matrix k at k * KM floats): one example's outputs, position-major (what lies past the
@@ -274,7 +277,7 @@ def _output_tiles4(yf, mf, sc, Co, TH, TW, T0, KM):
                 _at(yf, (4 * ty + r) * P + 4 * tx * Co, Co, sc, 6 * r * n + tx * Co, n, Co)
 
 
-@kernel()
+@kernel(fastmath=False)
 def _gradient_tiles4(zf, gp, sc, Wg, Co, TH, TW, OY, OX, T0, KS):
     """zf (36, T0 + TH * TW, Co) (matrix k at k * KS floats; rows T0 .. written) = A g A^T for the
     TH x TW output tiles: g is the 4x4 block of the output gradient at rows 4 ty .., columns 4 tx ..,
