@@ -1344,13 +1344,14 @@ def test_dot_rows_against_float64_on_every_block_shape(rng):
 def test_gemm_tn_and_gemm_nn_against_float64_with_pitches(rng, first):
     """microkernel.gemm_tn (x.T @ w, the weight gradients' products; accumulating into y when not
     ``first``) and gemm_nn (x @ w with any pitches) against float64 (stated tolerance), at offsets
-    and pitches inside larger arrays, for 1-30 rows and column counts of 32-wide and 16-wide blocks
-    (and an overlapping last one where y is overwritten); a row's bits do not depend on the row
-    count, and nothing outside the product is written."""
+    and pitches inside larger arrays, for 1-30 rows and column counts of 64-wide (gemm_tn's 4 x 64
+    with AVX-512), 32-wide and 16-wide blocks (and an overlapping last one where y is overwritten);
+    a row's bits do not depend on the row count, and nothing outside the product is written."""
     from numbacnn.kernels.cpu.microkernel import gemm_nn, gemm_tn
 
     # reductions past microkernel.TN_CHUNK (96) too: gemm_tn goes on in y from chunk to chunk
-    for N, T in ((64, 9), (48, 20), (16, 3), (32, 150)) + (((40, 17), (40, 200)) if first else ()):
+    for N, T in ((64, 9), (48, 20), (16, 3), (32, 150), (128, 130)) + (((40, 17), (40, 200)) if first
+                                                                       else ()):
         xs, ws, ys = 31 + 2, N + 5, N + 3
         x = f32(rng.standard_normal(7 + T * xs))  # gemm_tn's x: (T, M) rows xs apart
         xn = f32(rng.standard_normal(7 + 30 * (T + 2)))  # gemm_nn's x: (M, T) rows T + 2 apart
