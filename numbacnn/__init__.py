@@ -11,15 +11,21 @@ from .layers import (
     BatchNorm2D,
     Conv2D,
     Dense,
+    DepthwiseConv2D,
     Dropout,
     Flatten,
     GlobalAvgPool2D,
+    HardSigmoid,
+    HardSwish,
     Layer,
     MaxPool2D,
     Normalize,
     ReLU,
+    ReLU6,
     Residual,
     Scale,
+    Sigmoid,
+    SiLU,
     Tanh,
 )
 from .loss import softmax_cross_entropy
@@ -47,5 +53,5 @@ __all__ = [
     "RMSProp", "ReLU", "SGD", "Sequential", "Tanh", "get_num_threads", "make_optimizer",
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
     "AdamW", "Augment", "GELU", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
-    "Scale",
+    "Scale", "DepthwiseConv2D", "HardSigmoid", "HardSwish", "ReLU6", "Sigmoid", "SiLU",
 ]

@@ -41,17 +41,28 @@ class ConvGeometry:
     out_channels: int
     kernel: Pair
     stride: Pair
-    padding: Pair
+    padding: Pair  # zero rows above and columns to the left
+    groups: int = 1  # output channel co reads input channels of group co // (C_out / groups) only
+    dilation: Pair = (1, 1)
+    padding_end: Pair | None = None  # rows below and columns to the right; None: as ``padding``
 
     @cached_property
     def ckk(self) -> int:
-        """C_in * KH * KW: the length of one filter."""
-        return self.in_channels * self.kernel[0] * self.kernel[1]
+        """C_in / groups * KH * KW: the length of one filter."""
+        return self.in_channels // self.groups * self.kernel[0] * self.kernel[1]
+
+    @cached_property
+    def plain(self) -> bool:
+        """Ungrouped, undilated and symmetrically padded: what every plan runs."""
+        return (self.groups == 1 and self.dilation == (1, 1)
+                and (self.padding_end is None or self.padding_end == self.padding))
 
     def out_hw(self, h: int, w: int) -> Pair:
         """Output height and width for an h x w input."""
-        return (conv_out(h, self.kernel[0], self.stride[0], self.padding[0]),
-                conv_out(w, self.kernel[1], self.stride[1], self.padding[1]))
+        end = self.padding_end or self.padding
+        (kh, kw), (dh, dw) = self.kernel, self.dilation
+        return ((h + self.padding[0] + end[0] - (kh - 1) * dh - 1) // self.stride[0] + 1,
+                (w + self.padding[1] + end[1] - (kw - 1) * dw - 1) // self.stride[1] + 1)
 
 
 class Workspace(dict):

@@ -9,7 +9,7 @@ import numpy as np
 from ..kernels import cpu as K
 from .base import Backend, ConvGeometry, ConvPlan, Shape, Workspace
 from .calls import launch
-from .cpu_conv import DirectPlan, GemmPlan, PositionsPlan, WidePlan, WinogradPlan
+from .cpu_conv import DirectPlan, GemmPlan, GroupedPlan, PositionsPlan, WidePlan, WinogradPlan
 
 # Convolutions with a filter of at least POSITIONS_MIN_CKK = C_in*KH*KW floats and at least
 # POSITIONS_MIN_CHANNELS input channels run position-major (any stride): measured 0.7-0.92x the
@@ -60,6 +60,8 @@ class CpuBackend(Backend):
         return seen, ws.buf("fold_version", (1,), np.int32)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
+        if not geometry.plain:
+            return GroupedPlan(geometry)
         if (WinogradPlan.fits(geometry)
                 and min(geometry.in_channels, geometry.out_channels) >= WINOGRAD_MIN_CHANNELS):
             return WinogradPlan(geometry)

@@ -5,6 +5,8 @@ workspaces and its kernel calls; ``CpuBackend.conv_plan`` chooses one per layer 
 - "wide": stride 1; wide rows by im2col + BLAS (conv2d_wide.py)
 - "positions": long filters, any stride; position-major columns (conv2d_positions.py)
 - "gemm": strided, short filters; gathered im2col columns cached for the backward (conv2d_gemm.py)
+- "grouped": grouped (depthwise), dilated or unevenly padded convolutions, plane by plane
+  (conv2d_grouped.py)
 
 All share per-thread workspace rows and weight-gradient parts per chunk of examples, reduced in a
 fixed order after the whole batch (bitwise the same for any thread count).
@@ -131,6 +133,30 @@ def group_size(g: ConvGeometry, rows: int, n: int) -> int:
     if g.out_channels < 32 or g.ckk < 64:
         return 1
     return max(1, min(8, 1200 // max(rows, 1), -(-n // _config.grad_parts(n))))
+
+
+class GroupedPlan(CpuConvPlan):
+    """Grouped, depthwise, dilated or unevenly padded convolutions: planes computed directly, the
+    weight gradient in parts of the batch summed after it (any thread count: the same bits)."""
+
+    name = "grouped"
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True, version: Any = None) -> Any:
+        ws["x"] = x
+        g = self.geometry
+        y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
+        launch(K.conv2d_forward_grouped, y, x, weight, bias, *g.stride, *g.dilation, *g.padding,
+               g.groups, relu)
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
+        g = self.geometry
+        x, y = ws["x"], ws["y"]
+        masked = ws.buf("g", y.shape) if relu else ws.buf("g0", (1, 1, 1, 1))
+        lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3]))
+        launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, dy, x, weight, y,
+               *g.stride, *g.dilation, *g.padding, g.groups, need_dx, need_dw, relu)
 
 
 class WidePlan(CpuConvPlan):

@@ -1,4 +1,5 @@
-"""Elementwise layers: ReLU, Tanh, GELU and a constant Scale, on flat views of any shape."""
+"""Elementwise layers: ReLU, Tanh, GELU, a constant Scale, and the mobile nets' ReLU6, sigmoid, SiLU,
+hard sigmoid and hard swish, on flat views of any shape."""
 from __future__ import annotations
 
 import math
@@ -178,3 +179,89 @@ class Scale(_Elementwise):
 
     def __repr__(self) -> str:
         return f"Scale({self.factor:g})"
+
+
+class _Gate(_Elementwise):
+    """The mobile nets' activations (kernels gates.py): ``code`` names the function there; the
+    backward reads the forward's input."""
+
+    code = -1
+
+    def _apply(self, y, x, training):
+        self._x = x
+        self.backend.run("gates", "gate_forward", y, x, self.code)
+
+    def _apply_backward(self, dx, dy):
+        self.backend.run("gates", "gate_backward", dx, dy, self._x, self.code)
+
+
+@register
+class ReLU6(_Gate):
+    """min(max(x, 0), 6), as ``torch.nn.ReLU6`` (MobileNetV1/V2)."""
+
+    token = "relu6"
+    code = 0
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("Clip", [x, graph.const(0.0), graph.const(6.0)], "relu6")
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.ReLU6()
+
+
+@register
+class Sigmoid(_Gate):
+    """1 / (1 + exp(-x))."""
+
+    token = "sigmoid"
+    code = 1
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("Sigmoid", [x], "sigmoid")
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.Sigmoid()
+
+
+@register
+class SiLU(_Gate):
+    """x * sigmoid(x) (swish), as ``torch.nn.SiLU`` (EfficientNet, MobileNetV3's SE-free stages)."""
+
+    token = "silu"
+    token_aliases = ("swish",)
+    code = 2
+
+    def onnx(self, graph: Any, x: str) -> str:
+        s = graph.node("Sigmoid", [x], "silu", out_suffix="_s", name_suffix="_s")
+        return graph.node("Mul", [x, s], "silu")
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.SiLU()
+
+
+@register
+class HardSigmoid(_Gate):
+    """relu6(x + 3) / 6, as ``torch.nn.Hardsigmoid`` (MobileNetV3's squeeze-and-excitation gate)."""
+
+    token = "hardsigmoid"
+    code = 3
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("HardSigmoid", [x], "hardsigmoid", alpha=1.0 / 6.0, beta=0.5)
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.Hardsigmoid()
+
+
+@register
+class HardSwish(_Gate):
+    """x * relu6(x + 3) / 6, as ``torch.nn.Hardswish`` (MobileNetV3)."""
+
+    token = "hardswish"
+    code = 4
+
+    def onnx(self, graph: Any, x: str) -> str:
+        return graph.node("HardSwish", [x], "hardswish")
+
+    def torch_twin(self, torch: Any) -> Any:
+        return torch.nn.Hardswish()

@@ -381,16 +381,20 @@ def layer_from_config(kind: str, config: dict[str, Any]) -> Layer:
 
 
 def receptive(g: np.ndarray, in_shape: Shape, k: tuple[int, int], s: tuple[int, int],
-              p: tuple[int, int], all_channels: bool) -> np.ndarray:
+              p: tuple[int, int], all_channels: bool, d: tuple[int, int] = (1, 1),
+              p_end: tuple[int, int] | None = None) -> np.ndarray:
     """Counts at a window layer's outputs (C', OH, OW) -> every input cell of each output's window
-    (summed over the output channels and spread to every input channel for a convolution)."""
+    (summed over the output channels and spread to every input channel for a convolution);
+    dilation ``d``, padding ``p`` before and ``p_end`` (default: ``p``) after each axis."""
     c, h, w = in_shape
-    (kh, kw), (sh, sw), (ph, pw) = k, s, p
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = k, s, p, d
+    eh, ew = p_end or p
     oh, ow = g.shape[1:]
     src = g.sum(0, keepdims=True) if all_channels else g
-    padded = np.zeros((src.shape[0], h + 2 * ph, w + 2 * pw), np.int64)
+    padded = np.zeros((src.shape[0], h + ph + eh + sh, w + pw + ew + sw), np.int64)
     for ky in range(kh):
         for kx in range(kw):
-            padded[:, ky:ky + sh * (oh - 1) + 1:sh, kx:kx + sw * (ow - 1) + 1:sw] += src
+            y0, x0 = ky * dh, kx * dw
+            padded[:, y0:y0 + sh * (oh - 1) + 1:sh, x0:x0 + sw * (ow - 1) + 1:sw] += src
     out = padded[:, ph:ph + h, pw:pw + w]
     return np.repeat(out, c, axis=0) if all_channels else out

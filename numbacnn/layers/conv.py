@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 from ..backend import ConvGeometry, ConvPlan
-from ..backend.base import conv_out
 from .base import (
     Builder,
     Layer,
@@ -39,13 +38,13 @@ class Conv2D(Layer):
     dbias: Any
 
     token = "conv"
-    token_args = ("filters", "kernel_size", "stride", "padding", "bias")
-    token_defaults = {"stride": 1, "padding": 0, "bias": True}
+    token_args = ("filters", "kernel_size", "stride", "padding", "bias", "groups", "dilation")
+    token_defaults = {"stride": 1, "padding": 0, "bias": True, "groups": 1, "dilation": 1}
     role = "conv"
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, int] = 0,
-                 bias: bool = True) -> None:
+                 stride: int | tuple[int, int] = 1, padding: int | str | tuple[Any, Any] = 0,
+                 bias: bool = True, groups: int = 1, dilation: int | tuple[int, int] = 1) -> None:
         super().__init__()
         label = "Conv2D"
         self.use_bias = _bias_flag(bias, label)
@@ -53,27 +52,26 @@ class Conv2D(Layer):
             self.param_names = ("weight",)
         self.in_channels = _positive_int(in_channels, "in_channels", label)
         self.out_channels = _positive_int(out_channels, "out_channels", label)
+        self.groups = _positive_int(groups, "groups", label)
+        if self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ValueError(f"{label}: groups={self.groups} must divide in_channels={self.in_channels} "
+                             f"and out_channels={self.out_channels}")
         self.kernel_size = _pair(kernel_size, "kernel_size", label, 1)
         self.stride = _pair(stride, "stride", label, 1)
-        if isinstance(padding, str):
-            if padding == "valid":
-                pad = (0, 0)
-            elif padding == "same":
-                kh, kw = self.kernel_size
-                if self.stride != (1, 1) or kh % 2 == 0 or kw % 2 == 0:
-                    raise ValueError(f"{label}: padding='same' needs stride 1 and an odd kernel size, "
-                                     f"got kernel_size={kernel_size!r}, stride={stride!r}")
-                pad = (kh // 2, kw // 2)
-            else:
-                raise ValueError(f"{label}: padding must be an int, 'valid' or 'same', got {padding!r}")
-        else:
-            pad = _pair(padding, "padding", label, 0)
-        self.padding = pad
+        self.dilation = _pair(dilation, "dilation", label, 1)
+        self.padding, self.padding_end = _padding(padding, self.kernel_size, self.stride, self.dilation,
+                                                  label)
         self._padding_arg = padding
+
+    @property
+    def effective_kernel(self) -> tuple[int, int]:
+        """The window a filter spans: (K - 1) * dilation + 1 on each axis."""
+        return ((self.kernel_size[0] - 1) * self.dilation[0] + 1,
+                (self.kernel_size[1] - 1) * self.dilation[1] + 1)
 
     def param_shapes(self) -> dict[str, Shape]:
         kh, kw = self.kernel_size
-        shapes: dict[str, Shape] = {"weight": (self.out_channels, self.in_channels, kh, kw)}
+        shapes: dict[str, Shape] = {"weight": (self.out_channels, self.in_channels // self.groups, kh, kw)}
         if self.use_bias:
             shapes["bias"] = (self.out_channels,)
         return shapes
@@ -85,7 +83,7 @@ class Conv2D(Layer):
             self._zero_bias(self.out_channels)
 
     def reset_parameters(self, rng: np.random.Generator) -> None:
-        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
         _kaiming_uniform(rng, self.weight, fan_in)
         if self.use_bias:
             _kaiming_uniform(rng, self.bias, fan_in)
@@ -99,6 +97,8 @@ class Conv2D(Layer):
         C_out must be 2 * d. The bias is left as it is. Returns the layer."""
         kh, kw = self.kernel_size
         d = self.in_channels * kh * kw
+        if self.groups != 1 or self.dilation != (1, 1):
+            raise ValueError(f"{self._label()}: whitening needs an ungrouped, undilated convolution")
         if self.out_channels != 2 * d:
             raise ValueError(f"{self._label()}: whitening needs 2 * C_in * KH * KW = {2 * d} output "
                              f"channels, the layer has {self.out_channels}")
@@ -122,6 +122,8 @@ class Conv2D(Layer):
         kernel's centre, 0 elsewhere; ``torch.nn.init.dirac_`` on those filters), the rest as they
         are: a block that starts close to the identity. Returns the layer."""
         self._set_weight(None)  # bound, or a clear error
+        if self.groups != 1:
+            raise ValueError(f"{self._label()}: init_dirac needs an ungrouped convolution")
         w = np.array(self.backend.to_host(self.weight))
         k = min(self.out_channels, self.in_channels)
         w[:k] = 0.0
@@ -141,17 +143,26 @@ class Conv2D(Layer):
         if len(in_shape) != 3 or in_shape[0] != self.in_channels:
             raise ValueError(f"{self._label()}: expected input of shape (N, {self.in_channels}, H, W), "
                              f"got (N, {', '.join(map(str, in_shape))})")
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
+        (kh, kw), (sh, sw) = self.effective_kernel, self.stride
+        (pt, pl), (pb, pr) = self.padding, self.padding_end
         h, w = in_shape[1], in_shape[2]
-        if h + 2 * ph < kh or w + 2 * pw < kw:
-            raise ValueError(f"{self._label()}: input {h}x{w} with padding {self.padding} is smaller "
-                             f"than the kernel {kh}x{kw}")
-        return (self.out_channels, conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw))
+        if h + pt + pb < kh or w + pl + pr < kw:
+            raise ValueError(f"{self._label()}: input {h}x{w} with padding {self._pads_text()} is smaller "
+                             f"than the kernel's window {kh}x{kw}")
+        return (self.out_channels, (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1)
+
+    def _pads_text(self) -> str:
+        return str(self.padding) if self.padding == self.padding_end else str(self.pads)
+
+    @property
+    def pads(self) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) zero padding."""
+        return self.padding[0], self.padding_end[0], self.padding[1], self.padding_end[1]
 
     @property
     def geometry(self) -> ConvGeometry:
         return ConvGeometry(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                            self.padding)
+                            self.padding, self.groups, self.dilation, self.padding_end)
 
     @property
     def plan(self) -> ConvPlan:
@@ -167,7 +178,8 @@ class Conv2D(Layer):
 
     def macs(self, in_shape: Shape) -> int:
         _, oh, ow = self.output_shape(in_shape)
-        return self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1] * oh * ow
+        return (self.out_channels * self.in_channels // self.groups * self.kernel_size[0]
+                * self.kernel_size[1] * oh * ow)
 
     def forward(self, x: np.ndarray, training: bool = False, backward: bool = True) -> np.ndarray:
         """``backward=False`` (``infer``): no backward follows (the fused pool's argmax may be left
@@ -215,18 +227,28 @@ class Conv2D(Layer):
                                  f.infer_pool, backward=False, version=version)
 
     def get_config(self) -> dict[str, Any]:
+        if isinstance(self._padding_arg, str):
+            padding: Any = self._padding_arg
+        elif self.padding == self.padding_end:
+            padding = _compact(self.padding)
+        else:
+            padding = ((self.padding[0], self.padding_end[0]), (self.padding[1], self.padding_end[1]))
         return {"in_channels": self.in_channels, "out_channels": self.out_channels,
                 "kernel_size": _compact(self.kernel_size), "stride": _compact(self.stride),
-                "padding": self._padding_arg if isinstance(self._padding_arg, str)
-                else _compact(self.padding), **({} if self.use_bias else {"bias": False})}
+                "padding": padding, **({} if self.use_bias else {"bias": False}),
+                **({} if self.groups == 1 else {"groups": self.groups}),
+                **({} if self.dilation == (1, 1) else {"dilation": _compact(self.dilation)})}
 
     def __repr__(self) -> str:
         c = self.get_config()
         s = f"Conv2D({self.in_channels}, {self.out_channels}, {c['kernel_size']}"
         if self.stride != (1, 1):
             s += f", stride={c['stride']}"
-        if self.padding != (0, 0):
+        if self.padding != (0, 0) or self.padding_end != (0, 0):
             s += f", padding={c['padding']!r}"
+        for key in ("groups", "dilation"):
+            if key in c:
+                s += f", {key}={c[key]}"
         return s + ("" if self.use_bias else ", bias=False") + ")"
 
     @classmethod
@@ -236,19 +258,92 @@ class Conv2D(Layer):
         k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
         if adapt:
             k, s, p = _adapt_window(shape, k, s, p)
-        return [cls(shape[0], args["filters"], k, stride=s, padding=p, bias=args["bias"])]
+        return [cls(shape[0], args["filters"], k, stride=s, padding=p, bias=args["bias"],
+                    groups=args["groups"], dilation=args["dilation"])]
 
     def onnx(self, graph: Any, x: str) -> str:
+        t, b, left, r = self.pads
         return graph.node("Conv", [x, *graph.param(*self.param_names)], "conv",
                           kernel_shape=list(self.kernel_size), strides=list(self.stride),
-                          pads=pads(self.padding))
+                          pads=[t, left, b, r], dilations=list(self.dilation), group=self.groups)
 
     def torch_twin(self, torch: Any) -> Any:
-        return torch.nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                               self.padding, bias=self.use_bias)
+        conv = torch.nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
+                               self.padding if self.padding == self.padding_end else 0,
+                               dilation=self.dilation, groups=self.groups, bias=self.use_bias)
+        if self.padding == self.padding_end:
+            return conv
+        t, b, left, r = self.pads
+        return torch.nn.Sequential(torch.nn.ZeroPad2d((left, r, t, b)), conv)
 
     def trace_back(self, counts: np.ndarray, in_shape: Shape) -> np.ndarray:
-        return receptive(counts, in_shape, self.kernel_size, self.stride, self.padding, all_channels=True)
+        return receptive(counts, in_shape, self.kernel_size, self.stride, self.padding, all_channels=True,
+                         d=self.dilation, p_end=self.padding_end)
+
+
+@register
+class DepthwiseConv2D(Conv2D):
+    """A depthwise convolution, as Keras's: ``multiplier`` filters on each of the ``channels``
+    input channels, ``channels * multiplier`` outputs (a Conv2D with ``groups=channels``; weight
+    (channels * multiplier, 1, KH, KW), torch's layout). Spec: ``dwconv(3, stride=2, padding=1)``."""
+
+    token = "dwconv"
+    token_args = ("kernel_size", "multiplier", "stride", "padding", "bias", "dilation")
+    token_defaults = {"multiplier": 1, "stride": 1, "padding": 0, "bias": True, "dilation": 1}
+
+    def __init__(self, channels: int, kernel_size: int | tuple[int, int], multiplier: int = 1,
+                 stride: int | tuple[int, int] = 1, padding: int | str | tuple[Any, Any] = 0,
+                 bias: bool = True, dilation: int | tuple[int, int] = 1) -> None:
+        channels = _positive_int(channels, "channels", "DepthwiseConv2D")
+        self.multiplier = _positive_int(multiplier, "multiplier", "DepthwiseConv2D")
+        super().__init__(channels, channels * self.multiplier, kernel_size, stride, padding, bias,
+                         groups=channels, dilation=dilation)
+
+    def get_config(self) -> dict[str, Any]:
+        c = super().get_config()
+        for key in ("in_channels", "out_channels", "groups"):
+            c.pop(key, None)
+        return {"channels": self.in_channels, **({} if self.multiplier == 1 else
+                                                 {"multiplier": self.multiplier}), **c}
+
+    def __repr__(self) -> str:
+        return "DepthwiseConv2D(" + ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()) + ")"
+
+    @classmethod
+    def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
+        if len(shape) != 3:
+            raise ValueError("dwconv after flatten/dense")
+        k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
+        if adapt:
+            k, s, p = _adapt_window(shape, k, s, p)
+        return [cls(shape[0], k, args["multiplier"], stride=s, padding=p, bias=args["bias"],
+                    dilation=args["dilation"])]
+
+
+def _padding(padding: Any, k: tuple[int, int], s: tuple[int, int], d: tuple[int, int], label: str
+             ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(top, left) and (bottom, right) zero padding from an int, a pair, per-side pairs
+    ((top, bottom), (left, right)), "valid", or "same" (stride 1: the output as large as the input;
+    where the window (K - 1) * dilation + 1 is even the extra row or column goes below or to the
+    right, as torch's)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if padding == "same":
+            if s != (1, 1):
+                raise ValueError(f"{label}: padding='same' needs stride 1, got stride={_compact(s)!r} "
+                                 f"(give the padding as numbers, e.g. ((top, bottom), (left, right)))")
+            total = ((k[0] - 1) * d[0], (k[1] - 1) * d[1])
+            begin = (total[0] // 2, total[1] // 2)
+            return begin, (total[0] - begin[0], total[1] - begin[1])
+        raise ValueError(f"{label}: padding must be an int, a pair, ((top, bottom), (left, right)), "
+                         f"'valid' or 'same', got {padding!r}")
+    if (isinstance(padding, (tuple, list)) and len(padding) == 2
+            and all(isinstance(v, (tuple, list)) for v in padding)):
+        (t, b), (left, r) = (_pair(v, "padding", label, 0) for v in padding)
+        return (t, left), (b, r)
+    pad = _pair(padding, "padding", label, 0)
+    return pad, pad
 
 
 def _as_pair(v: Any) -> tuple[int, int]:

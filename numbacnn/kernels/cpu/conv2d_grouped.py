@@ -1,0 +1,219 @@
+"""Grouped convolutions, depthwise included, with any stride, dilation and per-side zero padding,
+computed plane by plane: forward and input gradient over (example, channel) planes, the weight
+gradient over (gradient part, output channel) pairs (the "grouped" plan, backend/cpu_conv.py).
+
+Every loop that adds runs in a fixed order, without fast-math: the rows are elementwise (they
+vectorise as they are) and each weight's sum over a part runs in a row of lanes added in order,
+so the bits depend neither on the thread count nor on how the code was compiled.
+"""
+import numba
+import numpy as np
+
+from ..._config import kernel
+from ..._parallel import parallel_blocks
+
+
+@kernel(inline=True)
+def _ceil_div(a, b):
+    return -((-a) // b)
+
+
+@kernel(inline=True)
+def _span(OW, W, SW, off):
+    """The output columns [lo, hi) whose input column ow * SW + off lies inside [0, W)."""
+    return max(0, _ceil_div(-off, SW)), min(OW, _ceil_div(W - off, SW))
+
+
+@kernel()
+def conv2d_forward_grouped_blocks(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+    return y.shape[0] * y.shape[1]
+
+
+@kernel(fastmath=False)
+def conv2d_forward_grouped_block(i, y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+    """Block i of conv2d_forward_grouped: the plane y[n, co], i = n * Co + co."""
+    Co, OH, OW = y.shape[1], y.shape[2], y.shape[3]
+    H, W = x.shape[2], x.shape[3]
+    cig, KH, KW = w.shape[1], w.shape[2], w.shape[3]
+    n, co = i // Co, i % Co
+    c0 = (co // (Co // groups)) * cig  # the group's first input channel
+    out = y[n, co]
+    bias = b[co]
+    for oh in range(OH):
+        for ow in range(OW):
+            out[oh, ow] = bias
+    for c in range(cig):
+        xc = x[n, c0 + c]
+        for kh in range(KH):
+            for kw in range(KW):
+                wv = w[co, c, kh, kw]
+                off = kw * DW - PL
+                lo, hi = _span(OW, W, SW, off)
+                if lo >= hi:
+                    continue
+                for oh in range(OH):
+                    ih = oh * SH - PT + kh * DH
+                    if ih < 0 or ih >= H:
+                        continue
+                    if SW == 1:
+                        orow = out[oh, lo:hi]
+                        xrow = xc[ih, lo + off:hi + off]
+                        for j in range(hi - lo):
+                            orow[j] += wv * xrow[j]
+                    else:
+                        orow = out[oh]
+                        xrow = xc[ih]
+                        for ow in range(lo, hi):
+                            orow[ow] += wv * xrow[ow * SW + off]
+    if relu:
+        for oh in range(OH):
+            for ow in range(OW):
+                v = out[oh, ow]
+                out[oh, ow] = v if not v < np.float32(0.0) else np.float32(0.0)
+
+
+@kernel(fastmath=False)
+def conv2d_forward_grouped(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+    """y = conv(x, w) + b, optionally ReLU'd.
+
+    y: (N, Co, OH, OW); x: (N, Ci, H, W); w: (Co, Ci / groups, KH, KW); b: (Co,); stride (SH, SW),
+    dilation (DH, DW), zero padding PT rows above and PL columns left (the padding below and to
+    the right is implied by y's shape). Output channel co reads the input channels of its group,
+    co // (Co / groups)."""
+    # disjoint output planes (n, co)
+    args = (y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
+    parallel_blocks(conv2d_forward_grouped_blocks(*args), conv2d_forward_grouped_block, args)
+
+
+@kernel(fastmath=False)
+def _mask_block(i, g, dy, y):
+    """Plane i of (N * Co): g = dy where the fused ReLU passed (y > 0), else 0."""
+    Co = g.shape[1]
+    gs, ds, ys = g[i // Co, i % Co], dy[i // Co, i % Co], y[i // Co, i % Co]
+    for oh in range(gs.shape[0]):
+        for ow in range(gs.shape[1]):
+            gs[oh, ow] = ds[oh, ow] if ys[oh, ow] > np.float32(0.0) else np.float32(0.0)
+
+
+@kernel(fastmath=False)
+def _dx_block(i, dx, g, w, SH, SW, DH, DW, PT, PL, groups):
+    """Plane i of (N * Ci): dx[n, ci], the sum of what every output of its group read from it."""
+    Ci, H, W = dx.shape[1], dx.shape[2], dx.shape[3]
+    Co, OH, OW = g.shape[1], g.shape[2], g.shape[3]
+    cig, KH, KW = w.shape[1], w.shape[2], w.shape[3]
+    cog = Co // groups
+    n, ci = i // Ci, i % Ci
+    c = ci % cig
+    co0 = (ci // cig) * cog
+    d = dx[n, ci]
+    for ih in range(H):
+        for iw in range(W):
+            d[ih, iw] = np.float32(0.0)
+    for co in range(co0, co0 + cog):
+        gc = g[n, co]
+        for kh in range(KH):
+            for kw in range(KW):
+                wv = w[co, c, kh, kw]
+                off = kw * DW - PL
+                lo, hi = _span(OW, W, SW, off)
+                if lo >= hi:
+                    continue
+                for oh in range(OH):
+                    ih = oh * SH - PT + kh * DH
+                    if ih < 0 or ih >= H:
+                        continue
+                    if SW == 1:
+                        drow = d[ih, lo + off:hi + off]
+                        grow = gc[oh, lo:hi]
+                        for j in range(hi - lo):
+                            drow[j] += wv * grow[j]
+                    else:
+                        drow = d[ih]
+                        grow = gc[oh]
+                        for ow in range(lo, hi):
+                            drow[ow * SW + off] += wv * grow[ow]
+
+
+@kernel(fastmath=False)
+def _dw_block(i, dw_parts, db_parts, lanes, g, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw):
+    """Pair i of (P * Co): part p's sums for output channel co over its share of the examples,
+    into dw_parts[p, co] (Ci / groups * KH * KW, in the filter's order) and db_parts[p, co].
+    ``lanes`` (threads, Ci / groups * KH * KW + 1, OW): this thread's sums by output column,
+    each added up in column order at the end."""
+    P = dw_parts.shape[0]
+    N, Co, OH, OW = g.shape
+    H, W = x.shape[2], x.shape[3]
+    cig, KH, KW = w.shape[1], w.shape[2], w.shape[3]
+    R = cig * KH * KW
+    p, co = i // Co, i % Co
+    n0, n1 = N * p // P, N * (p + 1) // P
+    c0 = (co // (Co // groups)) * cig
+    acc = lanes[numba.get_thread_id()]
+    for r in range(R + 1):
+        for ow in range(OW):
+            acc[r, ow] = np.float32(0.0)
+    brow = acc[R]
+    for n in range(n0, n1):
+        gc = g[n, co]
+        for oh in range(OH):
+            grow = gc[oh]
+            for ow in range(OW):
+                brow[ow] += grow[ow]
+        if not need_dw:
+            continue
+        for c in range(cig):
+            xc = x[n, c0 + c]
+            for kh in range(KH):
+                for kw in range(KW):
+                    off = kw * DW - PL
+                    lo, hi = _span(OW, W, SW, off)
+                    if lo >= hi:
+                        continue
+                    arow = acc[(c * KH + kh) * KW + kw]
+                    for oh in range(OH):
+                        ih = oh * SH - PT + kh * DH
+                        if ih < 0 or ih >= H:
+                            continue
+                        if SW == 1:
+                            a = arow[lo:hi]
+                            gs = gc[oh, lo:hi]
+                            xs = xc[ih, lo + off:hi + off]
+                            for j in range(hi - lo):
+                                a[j] += gs[j] * xs[j]
+                        else:
+                            grow = gc[oh]
+                            xrow = xc[ih]
+                            for ow in range(lo, hi):
+                                arow[ow] += grow[ow] * xrow[ow * SW + off]
+    for r in range(R):
+        row = acc[r]
+        s = np.float32(0.0)
+        for ow in range(OW):
+            s += row[ow]
+        dw_parts[p, co, r] = s
+    s = np.float32(0.0)
+    for ow in range(OW):
+        s += brow[ow]
+    db_parts[p, co] = s
+
+
+@kernel(fastmath=False)
+def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, dy, x, w, y, SH, SW, DH, DW, PT, PL,
+                            groups, need_dx, need_dw, relu):
+    """The gradients of conv2d_forward_grouped from dy (N, Co, OH, OW): dx (N, Ci, H, W) when
+    need_dx; per part p of the batch (examples [N p / P, N (p + 1) / P)) the weight gradient
+    dw_parts (P, Co, Ci / groups * KH * KW) (zeros unless need_dw) and db_parts (P, Co), summed
+    after the whole batch (sum_parts). With ``relu``, y is the forward's output and g (N, Co, OH,
+    OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW)."""
+    N, Co = dy.shape[0], dy.shape[1]
+    src = dy
+    if relu:
+        # disjoint planes (n, co)
+        parallel_blocks(N * Co, _mask_block, (g, dy, y))
+        src = g
+    if need_dx:
+        # disjoint input planes (n, ci)
+        parallel_blocks(N * dx.shape[1], _dx_block, (dx, src, w, SH, SW, DH, DW, PT, PL, groups))
+    # disjoint (part, output channel) pairs
+    parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
+                    (dw_parts, db_parts, lanes, src, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw))
