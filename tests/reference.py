@@ -54,6 +54,82 @@ def conv2d_backward(dout, x, w, stride, pad):
     return dxp[:, :, ph:ph + H, pw:pw + W], dw, db
 
 
+def conv2d_grouped_forward(x, w, b, stride, pads, groups, dilation):
+    """Grouped, dilated convolution with per-side zero padding pads = (top, bottom, left, right):
+    output channel co of group co // (Co / groups) reads that group's input channels only."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    t, bt, left, r = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, bt), (left, r)))
+    N, C, Hp, Wp = xp.shape
+    Co, cig, KH, KW = w.shape
+    cog = Co // groups
+    OH = (Hp - (KH - 1) * dh - 1) // sh + 1
+    OW = (Wp - (KW - 1) * dw - 1) // sw + 1
+    out = np.zeros((N, Co, OH, OW))
+    for gi in range(groups):
+        xs, ws = xp[:, gi * cig:(gi + 1) * cig], w[gi * cog:(gi + 1) * cog]
+        for oy in range(OH):
+            for ox in range(OW):
+                rows = oy * sh + dh * np.arange(KH)
+                cols = ox * sw + dw * np.arange(KW)
+                patch = xs[:, :, rows][:, :, :, cols]  # (N, cig, KH, KW)
+                out[:, gi * cog:(gi + 1) * cog, oy, ox] = np.tensordot(patch, ws, axes=([1, 2, 3], [1, 2, 3]))
+    return out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+
+
+def conv2d_grouped_backward(dout, x, w, stride, pads, groups, dilation):
+    """(dx, dw, db) of conv2d_grouped_forward, each output's gradient scattered to what it read."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    dout = np.asarray(dout, np.float64)
+    (sh, sw), (dh, dw_) = _pair(stride), _pair(dilation)
+    t, bt, left, r = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, bt), (left, r)))
+    Co, cig, KH, KW = w.shape
+    cog = Co // groups
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    OH, OW = dout.shape[2:]
+    for gi in range(groups):
+        cs, os_ = slice(gi * cig, (gi + 1) * cig), slice(gi * cog, (gi + 1) * cog)
+        for oy in range(OH):
+            for ox in range(OW):
+                g = dout[:, os_, oy, ox]  # (N, cog)
+                for ky in range(KH):
+                    for kx in range(KW):
+                        iy, ix = oy * sh + ky * dh, ox * sw + kx * dw_
+                        dw[os_, :, ky, kx] += g.T @ xp[:, cs, iy, ix]
+                        dxp[:, cs, iy, ix] += g @ w[os_, :, ky, kx]
+    H, W = x.shape[2:]
+    return dxp[:, :, t:t + H, left:left + W], dw, dout.sum(axis=(0, 2, 3))
+
+
+def gate(x, kind):
+    """relu6, sigmoid, silu, hardsigmoid, hardswish in float64 (torch's definitions)."""
+    x = np.asarray(x, np.float64)
+    sig = 1.0 / (1.0 + np.exp(-x))
+    hs = np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    return {"relu6": np.clip(x, 0.0, 6.0), "sigmoid": sig, "silu": x * sig, "hardsigmoid": hs,
+            "hardswish": x * hs}[kind]
+
+
+def gate_grad(x, kind):
+    """The derivative of ``gate`` (torch's choices at the kinks: 0 at the ends of ReLU6's and hard
+    sigmoid's ramps, hard swish's ramp value at x = -3 and 3)."""
+    x = np.asarray(x, np.float64)
+    sig = 1.0 / (1.0 + np.exp(-x))
+    if kind == "relu6":
+        return ((x > 0) & (x < 6)).astype(np.float64)
+    if kind == "sigmoid":
+        return sig * (1 - sig)
+    if kind == "silu":
+        return sig * (1 + x * (1 - sig))
+    if kind == "hardsigmoid":
+        return ((x > -3) & (x < 3)) / 6.0
+    return np.where(x < -3, 0.0, np.where(x > 3, 1.0, x / 3.0 + 0.5))
+
+
 def _windows(H, W, K, S, P):
     """Yield (oy, ox, [(iy, ix) inside the input, in row-major window order])."""
     (kh, kw), (sh, sw), (ph, pw) = _pair(K), _pair(S), _pair(P)
@@ -283,6 +359,10 @@ def _layer_forward(spec, h, p):
     kind = spec[0]
     if kind == "conv":
         return conv2d_forward(h, p[0], p[1], spec[1], spec[2])
+    if kind == "gconv":  # ("gconv", stride, (top, bottom, left, right), groups, dilation)
+        return conv2d_grouped_forward(h, p[0], p[1], *spec[1:])
+    if kind == "gate":  # ("gate", kind)
+        return gate(h, spec[1])
     if kind == "dense":
         return dense_forward(h, *p)
     if kind == "relu":
@@ -315,14 +395,14 @@ def _layer_forward(spec, h, p):
 def _layer_params(spec, it):
     if spec[0] == "res":
         return it
-    return (next(it), next(it)) if spec[0] in ("conv", "dense", "bn") else ()
+    return (next(it), next(it)) if spec[0] in ("conv", "gconv", "dense", "bn") else ()
 
 
 def network_loss(layers_spec, params, x, y, smoothing=0.0):
     """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
     K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("gelu", approximate) /
     ("bn", eps) (training
-    mode) / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
+    mode) / ("gconv", stride, (top, bottom, left, right), groups, dilation) / ("gate", kind) / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
     state_dict order (parameters only)."""
     h = np.asarray(x, np.float64)
     it = iter(params)
@@ -348,6 +428,11 @@ def network_gradients(layers_spec, params, x, y):
         if kind == "conv":
             g, dw, db = conv2d_backward(g, inp, p[0], spec[1], spec[2])
             grads += [db, dw]
+        elif kind == "gconv":
+            g, dw, db = conv2d_grouped_backward(g, inp, p[0], *spec[1:])
+            grads += [db, dw]
+        elif kind == "gate":
+            g = g * gate_grad(inp, spec[1])
         elif kind == "dense":
             g, dw, db = dense_backward(g, inp, p[0])
             grads += [db, dw]

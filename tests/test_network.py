@@ -189,6 +189,10 @@ SPECS = {
     # the same layers on F(4x4, 3x3) where its rule takes them (the batch of 130: blocks of whole
     # examples, weight gradients over parts of the batch), F(2x2, 3x3) for the 1 and 3 examples
     "winograd4": WINOGRAD,
+    # the grouped plan: depthwise (a multiplier, stride 2, dilation), grouped 1x1, a fused ReLU, the gates
+    "grouped": ("conv(8,3,padding=1),relu,dwconv(3,multiplier=2,stride=2,padding=1),relu,conv(16,1,groups=4),"
+                "hardswish,dwconv(3,dilation=2,padding=same),relu6,conv(12,(3,2),groups=4,padding=((1,0),(0,1))),"
+                "silu,dense(20),sigmoid", (3, 12, 11)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
@@ -236,7 +240,7 @@ def test_results_identical_for_1_2_3_and_16_threads():
     for line in r.stdout.splitlines():
         *name, threads, digest = line.split()
         hashes.setdefault(" ".join(name), {})[threads] = digest
-    assert len(hashes) == 8
+    assert len(hashes) == 9
     for name, by_threads in hashes.items():
         assert set(by_threads) == {"1", "2", "3", "16"}, name
         assert len(set(by_threads.values())) == 1, (name, by_threads)

@@ -9,7 +9,7 @@ import numpy as np
 from ..kernels import cuda as KC
 from ..kernels.cuda._launch import stream
 from .base import Backend, ConvGeometry, ConvPlan, Shape
-from .cuda_conv import TiledPlan
+from .cuda_conv import GroupedPlan, TiledPlan
 
 
 class CudaBackend(Backend):
@@ -57,4 +57,4 @@ class CudaBackend(Backend):
         return capture(fn, keep)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
-        return TiledPlan(geometry)
+        return TiledPlan(geometry) if geometry.plain else GroupedPlan(geometry)

@@ -35,6 +35,31 @@ class GatherPlan(ConvPlan):
         return dx
 
 
+class GroupedPlan(ConvPlan):
+    """Grouped (depthwise), dilated or unevenly padded convolutions (kernels/cuda/conv2d_grouped.py)."""
+
+    name = "grouped"
+    fuses_pool = False
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True, version: Any = None) -> Any:
+        g = self.geometry
+        y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
+        ws["x"] = x
+        launch(KC.conv2d_forward_grouped, y, x, weight, bias, *g.stride, *g.dilation, *g.padding,
+               g.groups, relu)
+        return y
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
+        g = self.geometry
+        x, y = ws["x"], ws["y"]
+        dx = ws.buf("dx", x.shape) if need_dx else None
+        launch(KC.conv2d_backward_grouped, dx, dweight, dbias, ws.buf("g", dy.shape), dy, x, weight, y,
+               *g.stride, *g.dilation, *g.padding, g.groups, need_dx, need_dw, relu)
+        return dx
+
+
 class TiledPlan(GatherPlan):
     """The gather plan's forward and workspaces with the tiled kernels; the weight gradient's chunks
     get their own workspace ("parts")."""

@@ -21,6 +21,7 @@ from .activations import (
 )
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gather import conv2d_backward_gather, conv2d_forward_gather
+from .conv2d_grouped import conv2d_backward_grouped, conv2d_forward_grouped
 from .conv2d_tiled import conv2d_backward_tiled, conv2d_forward_tiled, dw_workspace_size
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
