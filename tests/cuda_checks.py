@@ -38,6 +38,12 @@ def host(a):
 
 def oracle(layer, x, dy, p):
     """(y, dx, {name: gradient}) in float64 from tests/reference.py."""
+    if isinstance(layer, nc.Conv2D) and not layer.geometry.plain:
+        b = p.get("bias", np.zeros(layer.out_channels))
+        geometry = (layer.stride, layer.pads, layer.groups, layer.dilation)
+        y = ref.conv2d_grouped_forward(x, p["weight"], b, *geometry)
+        dx, dw, db = ref.conv2d_grouped_backward(dy, x, p["weight"], *geometry)
+        return y, dx, {"weight": dw, "bias": db} if "bias" in p else {"weight": dw}
     if isinstance(layer, nc.Conv2D):
         b = p.get("bias", np.zeros(layer.out_channels))
         y = ref.conv2d_forward(x, p["weight"], b, layer.stride, layer.padding)
@@ -62,6 +68,11 @@ def oracle(layer, x, dy, p):
         return ref.gelu(x64, layer.approximate), dy * ref.gelu_grad(x64, layer.approximate), {}
     if isinstance(layer, nc.Scale):
         return layer.factor * x64, layer.factor * dy, {}
+    gates = {nc.ReLU6: "relu6", nc.Sigmoid: "sigmoid", nc.SiLU: "silu", nc.HardSigmoid: "hardsigmoid",
+             nc.HardSwish: "hardswish"}
+    if type(layer) in gates:
+        kind = gates[type(layer)]
+        return ref.gate(x64, kind), dy * ref.gate_grad(x64, kind), {}
     return np.tanh(x64), dy * (1 - np.tanh(x64) ** 2), {}
 
 
@@ -84,12 +95,21 @@ LAYER_CASES = [
     (lambda: nc.GELU(), (2, 3, 4)),
     (lambda: nc.GELU("tanh"), (2, 3, 4)),
     (lambda: nc.Scale(-0.25), (2, 3, 4)),
+    (lambda: nc.Conv2D(4, 6, 3, padding=1, groups=2), (2, 4, 5, 4)),
+    (lambda: nc.DepthwiseConv2D(3, 3, multiplier=2, stride=2, padding=1), (2, 3, 5, 5)),
+    (lambda: nc.Conv2D(2, 2, (3, 2), dilation=(2, 1), padding=((2, 1), (0, 1))), (1, 2, 6, 5)),
+    (lambda: nc.ReLU6(), (2, 3, 4)),
+    (lambda: nc.Sigmoid(), (2, 3, 4)),
+    (lambda: nc.SiLU(), (2, 3, 4)),
+    (lambda: nc.HardSigmoid(), (2, 3, 4)),
+    (lambda: nc.HardSwish(), (2, 3, 4)),
 ]
 
 
 @pytest.mark.parametrize("make,shape,plan", [
     (make, shape, plan) for make, shape in LAYER_CASES
-    for plan in (("tiled", "gather") if isinstance(make(), nc.Conv2D) else ("tiled",))])
+    for plan in (("tiled", "gather") if isinstance(make(), nc.Conv2D) and make().geometry.plain
+                 else ("grouped",) if isinstance(make(), nc.Conv2D) else ("tiled",))])
 @pytest.mark.parametrize("ties", [False, True])
 def test_layer_matches_oracle(make, shape, ties, plan):
     """Forward, argmax (ties to the first maximum), input and parameter gradients against the
@@ -99,8 +119,9 @@ def test_layer_matches_oracle(make, shape, ties, plan):
     x = rng.integers(-2, 3, shape).astype(np.float32) if ties else \
         rng.standard_normal(shape).astype(np.float32)
     layer, p = on_gpu(make)
-    if isinstance(layer, nc.Conv2D):
+    if isinstance(layer, nc.Conv2D) and plan != "grouped":
         layer._plan = (GatherPlan if plan == "gather" else TiledPlan)(layer.geometry)
+    if isinstance(layer, nc.Conv2D):
         assert layer.strategy == plan
     y = host(layer.forward(cuda.to_device(x), training=True))
     dy = rng.standard_normal(y.shape).astype(np.float32)
