@@ -46,6 +46,52 @@ PRESETS["airbench94"] = (
     "conv(256,3,padding=same,bias=False),maxpool(2),bn(1e-12,0.4),gelu,"
     "conv(256,3,padding=same,bias=False),bn(1e-12,0.4),gelu,"
     "maxpool(3)")
+
+
+def _inverted_residuals(c_in: int, stages: tuple[tuple[int, int, int, int], ...]) -> list[str]:
+    """MobileNetV2's blocks for stages of (expansion t, output channels c, blocks n, first stride
+    s): a 1x1 expansion to t * C_in (none when t = 1), a 3x3 depthwise convolution, a linear 1x1
+    projection, each with BatchNorm and ReLU6 but the last; a residual where the shapes match."""
+    blocks = []
+    for t, c, n, s in stages:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = c_in * t
+            body = (f"conv({hidden},1,bias=False),bn,relu6," if t != 1 else "")
+            body += (f"dwconv(3,stride={stride},padding=1,bias=False),bn,relu6,"
+                     f"conv({c},1,bias=False),bn")
+            blocks.append(f"res({body})" if stride == 1 and c_in == c else body)
+            c_in = c
+    return blocks
+
+
+def _separable(stages: tuple[tuple[int, int], ...], kernel: str = "3", padding: str = "1") -> list[str]:
+    """Depthwise-separable blocks (MobileNetV1, DS-CNN) for stages of (output channels, stride):
+    a depthwise convolution and a 1x1 pointwise one, each with BatchNorm and ReLU."""
+    return [f"dwconv({kernel},stride={s},padding={padding},bias=False),bn,relu,conv({c},1,bias=False),bn,relu"
+            for c, s in stages]
+
+
+# MobileNetV2 (Sandler et al. 2018) in its CIFAR form: stride 1 in the stem and the first two
+# stages for 32x32 inputs, widths 32-320, a 1280-channel 1x1 head, global pooling
+PRESETS["mobilenetv2"] = ",".join([
+    "conv(32,3,padding=1,bias=False),bn,relu6",
+    *_inverted_residuals(32, ((1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                              (6, 160, 3, 2), (6, 320, 1, 1))),
+    "conv(1280,1,bias=False),bn,relu6,gap"])
+# MLPerf Tiny's visual wake words model: MobileNetV1 at width 0.25 (Howard et al. 2017) on 96x96
+# colour images, 13 depthwise-separable blocks of 16-256 channels
+PRESETS["mobilenetv1-025"] = ",".join([
+    "conv(8,3,stride=2,padding=1,bias=False),bn,relu",
+    *_separable(((16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1), (128, 1), (128, 1),
+                 (128, 1), (128, 1), (256, 2), (256, 1))),
+    "gap"])
+# MLPerf Tiny's keyword spotting DS-CNN on 49x10 MFCC frames: a (10, 4) stride-2 stem of 64
+# channels (Keras's "same" padding on 49x10: 4 rows above, 5 below, a column each side), four
+# depthwise-separable blocks, dropout, global pooling
+PRESETS["dscnn"] = ",".join([
+    "conv(64,(10,4),stride=2,padding=((4,5),(1,1)),bias=False),bn,relu,dropout(0.2)",
+    *_separable(((64, 1),) * 4), "dropout(0.4),gap"])
 DEFAULT_ARCH = "auto"
 
 

@@ -32,7 +32,10 @@ from .program import TEAM_AFTER
 
 NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
-SHAPES = {"airbench94": (3, 32, 32)}  # nets whose inputs are not SHAPE (CIFAR-10's colour 32x32)
+# nets whose inputs are not SHAPE: CIFAR-10's colour 32x32, MLPerf Tiny's 96x96 wake-word pictures
+# and 49x10 keyword-spotting MFCC frames
+SHAPES = {"airbench94": (3, 32, 32), "mobilenetv2": (3, 32, 32), "mobilenetv1-025": (3, 96, 96),
+          "dscnn": (1, 49, 10)}
 
 
 def input_shape(net: str) -> tuple[int, int, int]:
@@ -165,10 +168,12 @@ class _Torch:
     """The PyTorch twin's training step and inference; ``channels_last``: the model and the batch in
     PyTorch's NHWC memory format (its faster layout for some convolutions on CPUs)."""
 
-    def __init__(self, net, batch: int, device: str = "cpu", channels_last: bool = False) -> None:
+    def __init__(self, net, batch: int, device: str = "cpu", channels_last: bool = False,
+                 bf16: bool = False) -> None:
         import torch
 
         self.torch = torch
+        self.bf16 = bf16  # the step under torch.autocast(bfloat16): float32 weights, bf16 products
         self.net = torch_twin(net)
         self.net.to(device)
         rng = np.random.default_rng(0)
@@ -188,7 +193,8 @@ class _Torch:
     def train_step(self) -> None:
         self.opt.zero_grad(set_to_none=True)
         x, y = self.x.to(self.device), self.y.to(self.device)
-        loss = self.torch.nn.functional.cross_entropy(self.net(x), y)
+        with self.torch.autocast(self.device, dtype=self.torch.bfloat16, enabled=self.bf16):
+            loss = self.torch.nn.functional.cross_entropy(self.net(x), y)
         loss.backward()
         self.opt.step()
         self._sync()

@@ -268,13 +268,18 @@ class Conv2D(Layer):
                           pads=[t, left, b, r], dilations=list(self.dilation), group=self.groups)
 
     def torch_twin(self, torch: Any) -> Any:
-        conv = torch.nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                               self.padding if self.padding == self.padding_end else 0,
-                               dilation=self.dilation, groups=self.groups, bias=self.use_bias)
         if self.padding == self.padding_end:
-            return conv
+            return torch.nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
+                                   self.padding, dilation=self.dilation, groups=self.groups,
+                                   bias=self.use_bias)
         t, b, left, r = self.pads
-        return torch.nn.Sequential(torch.nn.ZeroPad2d((left, r, t, b)), conv)
+
+        class PaddedConv2d(torch.nn.Conv2d):  # per-side zero padding, then the convolution
+            def forward(self, x):
+                return super().forward(torch.nn.functional.pad(x, (left, r, t, b)))
+
+        return PaddedConv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride, 0,
+                            dilation=self.dilation, groups=self.groups, bias=self.use_bias)
 
     def trace_back(self, counts: np.ndarray, in_shape: Shape) -> np.ndarray:
         return receptive(counts, in_shape, self.kernel_size, self.stride, self.padding, all_channels=True,
