@@ -178,13 +178,14 @@ STRATEGY_NETS = {
                  nc.Conv2D(12, 5, 3, stride=2, padding=1), nc.Flatten(), nc.Dense(20, 3)],
         [("conv", 2, 0), ("relu",), ("maxpool", 3, 1, 0), ("conv", 2, 1), ("flatten",), ("dense",)],
         (2, 13, 13)),
-    "grouped: depthwise strided with a multiplier, grouped dilated, uneven padding, the gates": (
-        lambda: [nc.DepthwiseConv2D(4, 3, multiplier=2, stride=2, padding=1), nc.ReLU(),
-                 nc.Conv2D(8, 6, (3, 2), groups=2, dilation=(1, 2), padding=((1, 2), (0, 1))), nc.ReLU6(),
+    "grouped: depthwise strided with a multiplier, pointwise, grouped dilated, uneven padding, the gates": (
+        lambda: [nc.DepthwiseConv2D(4, 3, multiplier=4, stride=2, padding=1), nc.ReLU(),
+                 nc.Conv2D(16, 8, 1), nc.ReLU(), nc.Conv2D(8, 6, (3, 2), groups=2, dilation=(1, 2), padding=((1, 2), (0, 1))), nc.ReLU6(),
                  nc.Conv2D(6, 6, 3, padding="same", groups=3, dilation=2), nc.HardSwish(),
                  nc.DepthwiseConv2D(6, 1), nc.SiLU(), nc.Flatten(), nc.Dense(108, 10), nc.Sigmoid(),
                  nc.Dense(10, 4), nc.HardSigmoid(), nc.Dense(4, 3)],
-        [("gconv", 2, (1, 1, 1, 1), 4, 1), ("relu",), ("gconv", 1, (1, 2, 0, 1), 2, (1, 2)),
+        [("gconv", 2, (1, 1, 1, 1), 4, 1), ("relu",), ("conv", 1, 0), ("relu",),
+         ("gconv", 1, (1, 2, 0, 1), 2, (1, 2)),
          ("gate", "relu6"), ("gconv", 1, (2, 2, 2, 2), 3, 2), ("gate", "hardswish"),
          ("gconv", 1, (0, 0, 0, 0), 6, 1), ("gate", "silu"), ("flatten",), ("dense",),
          ("gate", "sigmoid"), ("dense",), ("gate", "hardsigmoid"), ("dense",)], (4, 9, 8)),
@@ -210,7 +211,8 @@ def test_strategy_nets_cover_every_path():
                 fused |= layer.fusion.pool is not None
             if isinstance(layer, nc.Dense):
                 blocks |= layer.in_features > 64 and layer.out_features > 32  # >= 2 blocks each way
-    assert strategies == {"direct", "wide", "positions", "gemm", "winograd", "grouped"} and fused and blocks
+    assert strategies == {"direct", "wide", "positions", "gemm", "winograd", "grouped",
+                          "pointwise"} and fused and blocks
 
 
 @pytest.mark.parametrize("ties", [False, True])

@@ -5,6 +5,7 @@ workspaces and its kernel calls; ``CpuBackend.conv_plan`` chooses one per layer 
 - "wide": stride 1; wide rows by im2col + BLAS (conv2d_wide.py)
 - "positions": long filters, any stride; position-major columns (conv2d_positions.py)
 - "gemm": strided, short filters; gathered im2col columns cached for the backward (conv2d_gemm.py)
+- "pointwise": 1x1 stride-1 convolutions, a GEMM an example (conv2d_pointwise.py)
 - "grouped": grouped (depthwise), dilated or unevenly padded convolutions, plane by plane
   (conv2d_grouped.py)
 
@@ -157,6 +158,40 @@ class GroupedPlan(CpuConvPlan):
         lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3]))
         launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, dy, x, weight, y,
                *g.stride, *g.dilation, *g.padding, g.groups, need_dx, need_dw, relu)
+
+
+class PointwisePlan(CpuConvPlan):
+    """1x1 stride-1 unpadded convolutions: one GEMM an example each way, the weight gradient's
+    GEMMs summed over each part of the batch."""
+
+    name = "pointwise"
+
+    @staticmethod
+    def fits(g: ConvGeometry) -> bool:
+        return g.plain and g.kernel == (1, 1) and g.stride == (1, 1) and g.padding == (0, 0)
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True, version: Any = None) -> Any:
+        ws["x"] = x
+        n, _, h, w = x.shape
+        co = self.geometry.out_channels
+        y = ws.buf("y", (n, co, h, w))
+        launch(K.conv2d_forward_pointwise, y.reshape(n, co, h * w), x.reshape(n, -1, h * w),
+               weight.reshape(co, -1), bias, relu)
+        return y
+
+    def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
+        x, y = ws["x"], ws["y"]
+        n, co, h, w = y.shape
+        hw = h * w
+        ones = ws.get("ones")
+        if ones is None or ones.shape != (hw,):
+            ones = ws.buf("ones", (hw,))
+            ones[:] = 1.0
+        masked = ws.buf("g", (n, co, hw)) if relu else ws.buf("g0", (1, 1, 1))
+        launch(K.conv2d_backward_pointwise, dx.reshape(n, -1, hw) if need_dx else ws.buf("dx1", (1, 1, 1)),
+               dw_parts, db_parts, masked, ones, dy.reshape(n, co, hw), x.reshape(n, -1, hw),
+               weight.reshape(co, -1), y.reshape(n, co, hw), need_dx, need_dw, relu)
 
 
 class WidePlan(CpuConvPlan):

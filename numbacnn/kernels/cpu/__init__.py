@@ -3,6 +3,7 @@ from . import activations as _activations
 from . import batchnorm as _batchnorm
 from . import conv2d_gemm as _conv2d_gemm
 from . import conv2d_grouped as _conv2d_grouped
+from . import conv2d_pointwise as _conv2d_pointwise
 from . import conv2d_positions as _conv2d_positions
 from . import conv2d_wide as _conv2d_wide
 from . import conv2d_winograd as _conv2d_winograd
@@ -22,6 +23,7 @@ from .batch import copy_strided, gather_augment, gather_batch, step_stats
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
 from .conv2d_grouped import conv2d_backward_grouped, conv2d_forward_grouped
+from .conv2d_pointwise import conv2d_backward_pointwise, conv2d_forward_pointwise
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions, position_filters
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
 from .conv2d_winograd import (
@@ -56,7 +58,8 @@ __all__ = [
     "gather_augment",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
-    "conv2d_backward_grouped", "conv2d_forward_grouped",
+    "conv2d_backward_grouped", "conv2d_forward_grouped", "conv2d_backward_pointwise",
+    "conv2d_forward_pointwise",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "position_filters",
@@ -84,6 +87,7 @@ TEAM_BLOCKS = {
     batchnorm_fold: _blocks(_batchnorm, "batchnorm_fold"),
     conv2d_forward_gemm: _blocks(_conv2d_gemm, "conv2d_forward_gemm"),
     conv2d_forward_grouped: _blocks(_conv2d_grouped, "conv2d_forward_grouped"),
+    conv2d_forward_pointwise: _blocks(_conv2d_pointwise, "conv2d_forward_pointwise"),
     conv2d_forward_positions: _blocks(_conv2d_positions, "conv2d_forward_positions"),
     conv2d_forward_wide: _blocks(_conv2d_wide, "conv2d_forward_wide"),
     conv2d_forward_winograd: _blocks(_conv2d_winograd, "conv2d_forward_winograd"),
