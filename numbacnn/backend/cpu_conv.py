@@ -142,22 +142,42 @@ class GroupedPlan(CpuConvPlan):
 
     name = "grouped"
 
+    def _wide(self, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> tuple[int, int] | None:
+        """(padded plane size, wide row length L) of a depthwise layer on wide rows, else None."""
+        g = self.geometry
+        if g.ckk != g.kernel[0] * g.kernel[1] or g.stride[0] != g.stride[1]:
+            return None
+        (s, _), (dh, dw), (kh, kw) = g.stride, g.dilation, g.kernel
+        oh, ow = y_shape[2], y_shape[3]
+        wp = K.depthwise_pitch(x_shape[3], ow, kw, s, dw, g.padding[1])
+        hp = max(g.padding[0] + x_shape[2], s * (oh - 1) + (kh - 1) * dh + 1)
+        return hp * wp, (oh - 1) * wp + ow
+
+    def _workspaces(self, ws: Workspace, x_shape: tuple[int, ...], y_shape: tuple[int, ...]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        wide = self._wide(x_shape, y_shape)
+        if wide is None:
+            return ws.buf("xpad", (self.slots, 1)), ws.buf("yw", (self.slots, 1))
+        return ws.buf("xpad", (self.slots, wide[0])), ws.buf("yw", (self.slots, wide[1]))
+
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                 backward: bool = True, version: Any = None) -> Any:
         ws["x"] = x
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
-        launch(K.conv2d_forward_grouped, y, x, weight, bias, *g.stride, *g.dilation, *g.padding,
-               g.groups, relu)
+        launch(K.conv2d_forward_grouped, y, *self._workspaces(ws, x.shape, y.shape), x, weight, bias,
+               *g.stride, *g.dilation, *g.padding, g.groups, relu)
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
         g = self.geometry
         x, y = ws["x"], ws["y"]
         masked = ws.buf("g", y.shape) if relu else ws.buf("g0", (1, 1, 1, 1))
-        lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3]))
-        launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, dy, x, weight, y,
-               *g.stride, *g.dilation, *g.padding, g.groups, need_dx, need_dw, relu)
+        wide = self._wide(x.shape, y.shape)
+        lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3] if wide is None else wide[1]))
+        launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes,
+               *self._workspaces(ws, x.shape, y.shape), dy, x, weight, y, *g.stride, *g.dilation,
+               *g.padding, g.groups, need_dx, need_dw, relu)
 
 
 class PointwisePlan(CpuConvPlan):

@@ -22,7 +22,7 @@ from .activations import (
 from .batch import copy_strided, gather_augment, gather_batch, step_stats
 from .batchnorm import batchnorm_backward, batchnorm_fold, batchnorm_forward_eval, batchnorm_forward_train
 from .conv2d_gemm import conv2d_backward_gemm, conv2d_forward_gemm
-from .conv2d_grouped import conv2d_backward_grouped, conv2d_forward_grouped
+from .conv2d_grouped import conv2d_backward_grouped, conv2d_forward_grouped, depthwise_pitch
 from .conv2d_pointwise import conv2d_backward_pointwise, conv2d_forward_pointwise
 from .conv2d_positions import conv2d_backward_positions, conv2d_forward_positions, position_filters
 from .conv2d_wide import conv2d_backward_wide, conv2d_forward_wide
@@ -58,7 +58,7 @@ __all__ = [
     "gather_augment",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
-    "conv2d_backward_grouped", "conv2d_forward_grouped", "conv2d_backward_pointwise",
+    "conv2d_backward_grouped", "conv2d_forward_grouped", "depthwise_pitch", "conv2d_backward_pointwise",
     "conv2d_forward_pointwise",
     "copy_strided", "gather_batch", "step_stats",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",

@@ -25,13 +25,87 @@ def _span(OW, W, SW, off):
 
 
 @kernel()
-def conv2d_forward_grouped_blocks(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+def depthwise_pitch(W, OW, KW, SW, DW, PL):
+    """The row pitch of a depthwise plane's padded copy: its padded width, at least every column a
+    window reads."""
+    return max(PL + W, SW * (OW - 1) + (KW - 1) * DW + 1)
+
+
+@kernel()
+def conv2d_forward_grouped_blocks(y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     return y.shape[0] * y.shape[1]
 
 
 @kernel(fastmath=False)
-def conv2d_forward_grouped_block(i, y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+def _pad_plane(xp, xc, Wp, PT, PL):
+    """xp (flat, at least Hp * Wp) = the plane xc (H, W) with PT zero rows above, PL zero columns to
+    the left, zeros to the right and below (rows Wp apart)."""
+    H, W = xc.shape
+    for j in range(xp.shape[0]):
+        xp[j] = np.float32(0.0)
+    for ih in range(H):
+        row = xp[(ih + PT) * Wp + PL:(ih + PT) * Wp + PL + W]
+        src = xc[ih]
+        for iw in range(W):
+            row[iw] = src[iw]
+
+
+@kernel(fastmath=False)
+def _wide_plane(gw, gc, Wp):
+    """gw (flat, L = (OH - 1) * Wp + OW) = the plane gc (OH, OW) in rows Wp apart, zeros between."""
+    OH, OW = gc.shape
+    for j in range(gw.shape[0]):
+        gw[j] = np.float32(0.0)
+    for oh in range(OH):
+        row = gw[oh * Wp:oh * Wp + OW]
+        src = gc[oh]
+        for ow in range(OW):
+            row[ow] = src[ow]
+
+
+@kernel(fastmath=False)
+def _depthwise_forward(out, xp, yw, wc, bias, Wp, SH, SW, DH, DW, relu):
+    """One depthwise output plane out (OH, OW) from its padded input plane xp (rows Wp apart),
+    computed in "wide" rows: yw[j] for j = oh * Wp + ow reads xp[oh * SH * Wp + ow * SW + tap]
+    (only SH == SW here: the plane's rows and columns then share one flat stride), junk where
+    ow >= OW (dropped)."""
+    OH, OW = out.shape
+    KH, KW = wc.shape
+    L = (OH - 1) * Wp + OW
+    acc = yw[:L]
+    for j in range(L):
+        acc[j] = bias
+    for kh in range(KH):
+        for kw in range(KW):
+            wv = wc[kh, kw]
+            off = kh * DH * Wp + kw * DW
+            if SW == 1:
+                src = xp[off:off + L]
+                for j in range(L):
+                    acc[j] += wv * src[j]
+            else:
+                for j in range(L):
+                    acc[j] += wv * xp[off + j * SW]
+    for oh in range(OH):
+        row = out[oh]
+        src = acc[oh * Wp:oh * Wp + OW]
+        for ow in range(OW):
+            v = src[ow]
+            row[ow] = v if not (relu and v < np.float32(0.0)) else np.float32(0.0)
+
+
+@kernel(fastmath=False)
+def conv2d_forward_grouped_block(i, y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     """Block i of conv2d_forward_grouped: the plane y[n, co], i = n * Co + co."""
+    Co, OH, OW = y.shape[1], y.shape[2], y.shape[3]
+    if xpad.shape[1] > 1:  # depthwise, SH == SW: wide rows over a padded copy of the plane
+        t = numba.get_thread_id()
+        Wp = depthwise_pitch(x.shape[3], OW, w.shape[3], SW, DW, PL)
+        n, co = i // Co, i % Co
+        c = co // (Co // groups)
+        _pad_plane(xpad[t], x[n, c], Wp, PT, PL)
+        _depthwise_forward(y[n, co], xpad[t], yw[t], w[co, 0], b[co], Wp, SH, SW, DH, DW, relu)
+        return
     Co, OH, OW = y.shape[1], y.shape[2], y.shape[3]
     H, W = x.shape[2], x.shape[3]
     cig, KH, KW = w.shape[1], w.shape[2], w.shape[3]
@@ -73,15 +147,17 @@ def conv2d_forward_grouped_block(i, y, x, w, b, SH, SW, DH, DW, PT, PL, groups, 
 
 
 @kernel(fastmath=False)
-def conv2d_forward_grouped(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
+def conv2d_forward_grouped(y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     """y = conv(x, w) + b, optionally ReLU'd.
 
     y: (N, Co, OH, OW); x: (N, Ci, H, W); w: (Co, Ci / groups, KH, KW); b: (Co,); stride (SH, SW),
     dilation (DH, DW), zero padding PT rows above and PL columns left (the padding below and to
     the right is implied by y's shape). Output channel co reads the input channels of its group,
-    co // (Co / groups)."""
+    co // (Co / groups). Depthwise layers (Ci / groups = 1) with SH == SW run on wide rows when
+    given the workspaces xpad (threads, Hp * Wp) and yw (threads, (OH - 1) * Wp + OW) (Wp:
+    depthwise_pitch; Hp likewise for the rows); else xpad is (threads, 1), unread."""
     # disjoint output planes (n, co)
-    args = (y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
+    args = (y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
     parallel_blocks(conv2d_forward_grouped_blocks(*args), conv2d_forward_grouped_block, args)
 
 
@@ -198,22 +274,123 @@ def _dw_block(i, dw_parts, db_parts, lanes, g, x, w, SH, SW, DH, DW, PT, PL, gro
 
 
 @kernel(fastmath=False)
-def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, dy, x, w, y, SH, SW, DH, DW, PT, PL,
-                            groups, need_dx, need_dw, relu):
+def _depthwise_dx_block(i, dx, xpad, gw, g, w, SH, SW, DH, DW, PT, PL, groups):
+    """Plane i of (N * Ci) of a depthwise layer on wide rows: dx[n, ci] from its outputs' planes
+    (the channel's ``multiplier`` filters), scattered into a padded plane and cropped."""
+    Ci, H, W = dx.shape[1], dx.shape[2], dx.shape[3]
+    Co, OH, OW = g.shape[1], g.shape[2], g.shape[3]
+    KH, KW = w.shape[2], w.shape[3]
+    cog = Co // groups
+    n, ci = i // Ci, i % Ci
+    t = numba.get_thread_id()
+    Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
+    L = (OH - 1) * Wp + OW
+    dp, gs = xpad[t], gw[t, :L]
+    for j in range(dp.shape[0]):
+        dp[j] = np.float32(0.0)
+    for co in range(ci * cog, (ci + 1) * cog):
+        _wide_plane(gs, g[n, co], Wp)
+        for kh in range(KH):
+            for kw in range(KW):
+                wv = w[co, 0, kh, kw]
+                off = kh * DH * Wp + kw * DW
+                if SW == 1:
+                    d = dp[off:off + L]
+                    for j in range(L):
+                        d[j] += wv * gs[j]
+                else:
+                    for j in range(L):
+                        dp[off + j * SW] += wv * gs[j]
+    d2 = dx[n, ci]
+    for ih in range(H):
+        src = dp[(ih + PT) * Wp + PL:(ih + PT) * Wp + PL + W]
+        row = d2[ih]
+        for iw in range(W):
+            row[iw] = src[iw]
+
+
+@kernel(fastmath=False)
+def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW, DH, DW, PT, PL, groups,
+                        need_dw):
+    """Pair i of (P * Co) of a depthwise layer on wide rows: as _dw_block, each tap's products
+    summed by wide position in ``lanes`` (threads, KH * KW + 1, at least L), then in order."""
+    P = dw_parts.shape[0]
+    N, Co, OH, OW = g.shape
+    W = x.shape[3]
+    KH, KW = w.shape[2], w.shape[3]
+    R = KH * KW
+    p, co = i // Co, i % Co
+    n0, n1 = N * p // P, N * (p + 1) // P
+    c = co // (Co // groups)
+    t = numba.get_thread_id()
+    Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
+    L = (OH - 1) * Wp + OW
+    acc = lanes[t]
+    xp, gs = xpad[t], gw[t, :L]
+    for r in range(R + 1):
+        for j in range(L):
+            acc[r, j] = np.float32(0.0)
+    brow = acc[R, :L]
+    for n in range(n0, n1):
+        _wide_plane(gs, g[n, co], Wp)
+        for j in range(L):
+            brow[j] += gs[j]
+        if not need_dw:
+            continue
+        _pad_plane(xp, x[n, c], Wp, PT, PL)
+        for kh in range(KH):
+            for kw in range(KW):
+                off = kh * DH * Wp + kw * DW
+                a = acc[kh * KW + kw, :L]
+                if SW == 1:
+                    src = xp[off:off + L]
+                    for j in range(L):
+                        a[j] += gs[j] * src[j]
+                else:
+                    for j in range(L):
+                        a[j] += gs[j] * xp[off + j * SW]
+    for r in range(R):
+        row = acc[r]
+        s = np.float32(0.0)
+        for j in range(L):
+            s += row[j]
+        dw_parts[p, co, r] = s
+    s = np.float32(0.0)
+    for j in range(L):
+        s += brow[j]
+    db_parts[p, co] = s
+
+
+@kernel(fastmath=False)
+def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, dy, x, w, y, SH, SW, DH, DW, PT,
+                            PL, groups, need_dx, need_dw, relu):
     """The gradients of conv2d_forward_grouped from dy (N, Co, OH, OW): dx (N, Ci, H, W) when
     need_dx; per part p of the batch (examples [N p / P, N (p + 1) / P)) the weight gradient
     dw_parts (P, Co, Ci / groups * KH * KW) (zeros unless need_dw) and db_parts (P, Co), summed
     after the whole batch (sum_parts). With ``relu``, y is the forward's output and g (N, Co, OH,
-    OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW)."""
+    OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW),
+    or for a depthwise layer on wide rows (xpad and gw as conv2d_forward_grouped's xpad and yw)
+    (threads, KH * KW + 1, L)."""
     N, Co = dy.shape[0], dy.shape[1]
     src = dy
     if relu:
         # disjoint planes (n, co)
         parallel_blocks(N * Co, _mask_block, (g, dy, y))
         src = g
-    if need_dx:
+    wide = xpad.shape[1] > 1
+    if need_dx and wide:
+        # disjoint input planes (n, ci)
+        parallel_blocks(N * dx.shape[1], _depthwise_dx_block,
+                        (dx, xpad, gw, src, w, SH, SW, DH, DW, PT, PL, groups))
+    elif need_dx:
         # disjoint input planes (n, ci)
         parallel_blocks(N * dx.shape[1], _dx_block, (dx, src, w, SH, SW, DH, DW, PT, PL, groups))
-    # disjoint (part, output channel) pairs
-    parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
-                    (dw_parts, db_parts, lanes, src, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw))
+    if wide:
+        # disjoint (part, output channel) pairs
+        parallel_blocks(dw_parts.shape[0] * Co, _depthwise_dw_block,
+                        (dw_parts, db_parts, lanes, xpad, gw, src, x, w, SH, SW, DH, DW, PT, PL, groups,
+                         need_dw))
+    else:
+        # disjoint (part, output channel) pairs
+        parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
+                        (dw_parts, db_parts, lanes, src, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw))
