@@ -402,7 +402,8 @@ def network_loss(layers_spec, params, x, y, smoothing=0.0):
     """Float64 loss of a network given as a list of ("conv", stride, pad) / ("relu",) / ("maxpool",
     K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("gelu", approximate) /
     ("bn", eps) (training
-    mode) / ("gconv", stride, (top, bottom, left, right), groups, dilation) / ("gate", kind) / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
+    mode) / ("gconv", stride, (top, bottom, left, right), groups, dilation) / ("gate", kind)
+    / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
     state_dict order (parameters only)."""
     h = np.asarray(x, np.float64)
     it = iter(params)

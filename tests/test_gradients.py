@@ -180,7 +180,8 @@ STRATEGY_NETS = {
         (2, 13, 13)),
     "grouped: depthwise strided with a multiplier, pointwise, grouped dilated, uneven padding, the gates": (
         lambda: [nc.DepthwiseConv2D(4, 3, multiplier=4, stride=2, padding=1), nc.ReLU(),
-                 nc.Conv2D(16, 8, 1), nc.ReLU(), nc.Conv2D(8, 6, (3, 2), groups=2, dilation=(1, 2), padding=((1, 2), (0, 1))), nc.ReLU6(),
+                 nc.Conv2D(16, 8, 1), nc.ReLU(),
+                 nc.Conv2D(8, 6, (3, 2), groups=2, dilation=(1, 2), padding=((1, 2), (0, 1))), nc.ReLU6(),
                  nc.Conv2D(6, 6, 3, padding="same", groups=3, dilation=2), nc.HardSwish(),
                  nc.DepthwiseConv2D(6, 1), nc.SiLU(), nc.Flatten(), nc.Dense(108, 10), nc.Sigmoid(),
                  nc.Dense(10, 4), nc.HardSigmoid(), nc.Dense(4, 3)],
