@@ -38,7 +38,8 @@ class Conv2D(Layer):
     dbias: Any
 
     token = "conv"
-    token_args: tuple[str, ...] = ("filters", "kernel_size", "stride", "padding", "bias", "groups", "dilation")
+    token_args: tuple[str, ...] = ("filters", "kernel_size", "stride", "padding", "bias", "groups",
+                                   "dilation")
     token_defaults = {"stride": 1, "padding": 0, "bias": True, "groups": 1, "dilation": 1}
     role = "conv"
 
