@@ -2,7 +2,7 @@
 it (a following ReLU and max pool; at inference a folded BatchNorm2D)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,8 +38,8 @@ class Conv2D(Layer):
     dbias: Any
 
     token = "conv"
-    token_args: tuple[str, ...] = ("filters", "kernel_size", "stride", "padding", "bias", "groups",
-                                   "dilation")
+    token_args: ClassVar[tuple[str, ...]] = ("filters", "kernel_size", "stride", "padding", "bias",
+                                             "groups", "dilation")
     token_defaults = {"stride": 1, "padding": 0, "bias": True, "groups": 1, "dilation": 1}
     role = "conv"
 
