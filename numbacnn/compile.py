@@ -43,7 +43,12 @@ def workloads() -> None:
          (2, 12, 12)), ("modern", (1, 28, 28)), ("resnet8", (3, 32, 32)),
         ("conv(4,3),bn,tanh,gap,dense(8),bn,relu,dense(8),bn", (1, 8, 8)),
         ("conv(8,3,padding=same,bias=False),bn,gelu,maxpool(2),conv(16,3,padding=same,bias=False),bn,"
-         "gelu(tanh),gap,dense(10,bias=False),scale(0.5)", (3, 16, 16)))]
+         "gelu(tanh),gap,dense(10,bias=False),scale(0.5)", (3, 16, 16)),
+        # the mobile layers: depthwise (strided, a multiplier, dilated), pointwise, grouped with
+        # per-side padding, the gates
+        ("conv(16,3,padding=1,bias=False),bn,relu6,dwconv(3,stride=2,padding=1),relu,conv(16,1),relu,"
+         "conv(16,1,bias=False),bn,hardswish,dwconv(3,multiplier=2,padding=same,dilation=2),silu,"
+         "conv(8,(3,2),groups=4,padding=((1,0),(0,1))),sigmoid,gap,dense(8),hardsigmoid", (1, 12, 10)))]
     optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
                   lambda n: nc.AdamW(n, lr=1e-3),
                   lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
