@@ -271,16 +271,19 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     time finished GPU work."""
     ours = _Ours(net_name, batch, device)
     theirs = _Torch(ours.net, batch, device) if use_torch else None
-    # PyTorch's training in its channels_last layout too: the faster of the two is the peer
+    # PyTorch's training in its channels_last layout too: the faster of the two is the peer; and
+    # channels_last under bf16 autocast, its best arm in the bf16 class (reported beside: numbacnn
+    # trains in float32)
     theirs_cl = _Torch(ours.net, batch, device, channels_last=True) if use_torch else None
+    theirs_bf16 = _Torch(ours.net, batch, device, channels_last=True, bf16=True) if use_torch else None
     with _threads(threads, theirs.torch if theirs else None):
         return _bench_config(ours, theirs, theirs_cl, net_name, batch, threads, rounds, block, device,
-                             use_onnx, fma_gflops)
+                             use_onnx, fma_gflops, theirs_bf16)
 
 
 def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, net_name: str, batch: int,
                   threads: int, rounds: int, block: float, device: str, use_onnx: bool,
-                  fma_gflops: float | None) -> dict[str, Any]:
+                  fma_gflops: float | None, theirs_bf16: _Torch | None = None) -> dict[str, Any]:
     onnx_rt = _OnnxRuntime(ours.net, batch, threads) if use_onnx and device == "cpu" else None
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
@@ -293,6 +296,8 @@ def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, 
             fns.append(getattr(theirs, "train_step" if mode == "train" else "infer"))
         if theirs_cl and mode == "train":
             fns.append(theirs_cl.train_step)
+        if theirs_bf16 and mode == "train":
+            fns.append(theirs_bf16.train_step)
         if onnx_rt and mode == "infer":
             fns.append(onnx_rt.infer)
         for f in fns:  # warm up (compiles, allocates; numbacnn's prediction builds its team region
@@ -317,6 +322,9 @@ def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, 
             res["torch_cl_train_img_s"] = statistics.median(samples[2])
             res["train_ratio_nchw"] = res["train_ratio"]
             res["train_ratio"] = statistics.median(a / max(b, c) for a, b, c in zip(*samples[:3]))
+        if theirs_bf16 and mode == "train":
+            res["torch_bf16_train_img_s"] = statistics.median(samples[3])
+            res["train_ratio_bf16"] = statistics.median(a / b for a, b in zip(samples[0], samples[3]))
         if onnx_rt and mode == "infer":
             res["onnx_infer_img_s"] = statistics.median(samples[-1])
             res["onnx_infer_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[-1]))
@@ -515,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'net':9} {'batch':>5} {'thr':>3} | {'train img/s':>11} {'GFLOP/s':>7} {'%fma':>5}"
     head += f" | {'infer img/s':>11} {'ms':>7} {'GFLOP/s':>7} {'%fma':>5}"
     if use_torch:
-        head += f" | {'torch train':>11} {'cl':>6} {'ratio':>5} | {'torch infer':>11} {'ratio':>5}"
+        head += (f" | {'torch train':>11} {'cl':>6} {'ratio':>5} {'bf16':>6} {'ratio':>5}"
+                 f" | {'torch infer':>11} {'ratio':>5}")
     if use_onnx:
         head += f" | {'onnxrt infer':>12} {'ms':>7} {'ratio':>5}"
     print(head)
@@ -530,9 +539,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r['infer_ms_per_batch']:7.3f} {r['infer_gflops']:7.1f} "
                         f"{_percent(r['infer_fraction_of_fma_peak'])}")
                 if use_torch:
-                    cl = r.get("torch_cl_train_img_s")
+                    cl, bf = r.get("torch_cl_train_img_s"), r.get("torch_bf16_train_img_s")
                     line += (f" | {r['torch_train_img_s']:11.0f} {'-' if cl is None else f'{cl:.0f}':>6} "
-                             f"{r['train_ratio']:5.2f} | {r['torch_infer_img_s']:11.0f} "
+                             f"{r['train_ratio']:5.2f} {'-' if bf is None else f'{bf:.0f}':>6} "
+                             f"{r.get('train_ratio_bf16', float('nan')):5.2f} "
+                             f"| {r['torch_infer_img_s']:11.0f} "
                              f"{r['infer_ratio']:5.2f}")
                 if use_onnx:
                     line += (f" | {r['onnx_infer_img_s']:12.0f} {r['onnx_infer_ms_per_batch']:7.3f} "

@@ -115,7 +115,8 @@ def test_fractions_of_the_host_peak_print_as_a_dash_where_there_are_none():
 
 def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
     """Training is compared with PyTorch in NCHW and in channels_last (the model's weights and the
-    batch in NHWC memory; the same outputs), round by round against the faster of the two."""
+    batch in NHWC memory; the same outputs), round by round against the faster of the two; bf16
+    autocast in channels_last is timed too and reported with its own ratio."""
     torch = pytest.importorskip("torch")
     ours = bench._Ours("lenet5", 4)
     nchw, cl = bench._Torch(ours.net, 4), bench._Torch(ours.net, 4, channels_last=True)
@@ -124,7 +125,8 @@ def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
     assert layouts == [(False, True)]  # lenet5's second convolution (its first reads one channel)
     with torch.no_grad():
         torch.testing.assert_close(cl.net(cl.x), nchw.net(nchw.x), rtol=1e-5, atol=1e-5)
-    rates = iter([100.0, 50.0, 80.0, 100.0, 90.0, 60.0])  # ours, NCHW, channels_last; 2 rounds
+    # ours, NCHW, channels_last, channels_last with bf16 autocast; 2 rounds
+    rates = iter([100.0, 50.0, 80.0, 40.0, 100.0, 90.0, 60.0, 200.0])
 
     def timed(fn, seconds):
         owner = getattr(fn, "__self__", None)
@@ -142,6 +144,9 @@ def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
     assert r["torch_train_img_s"] == r["torch_cl_train_img_s"] == pytest.approx(4 * 70.0)  # medians
     assert r["train_ratio"] == pytest.approx((100 / 80 + 100 / 90) / 2)  # the faster layout changed
     assert r["train_ratio_nchw"] == pytest.approx((100 / 50 + 100 / 90) / 2)
+    # the bf16 arm beside, its own ratio (numbacnn trains in float32)
+    assert r["torch_bf16_train_img_s"] == pytest.approx(4 * 120.0)
+    assert r["train_ratio_bf16"] == pytest.approx((100 / 40 + 100 / 200) / 2)
 
 
 def test_pytorch_s_airbench94_loop_freezes_groups_and_schedules_as_numbacnn_s_recipe(rng):

@@ -360,6 +360,8 @@ def _adapt_window(shape: Shape, k: Any, s: Any, p: Any) -> tuple[Any, Any, Any]:
     """A convolution's (kernel, stride, padding) fitted to an input too small for it: along an axis
     of length 1 the window shrinks to 1; where the kernel is longer than the axis, "same"-style
     padding, or a kernel as long as the axis."""
+    if isinstance(p, (tuple, list)) and any(isinstance(v, (tuple, list)) for v in p):
+        return k, s, p  # per-side padding: as given
     k, s = list(k), list(s)
     pad = [p, p] if not isinstance(p, (str, tuple, list)) else (list(p) if not isinstance(p, str) else p)
     if isinstance(pad, str):
