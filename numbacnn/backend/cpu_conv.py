@@ -143,7 +143,8 @@ class GroupedPlan(CpuConvPlan):
     name = "grouped"
 
     def _wide(self, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> tuple[int, int] | None:
-        """(padded plane size, wide row length L) of a depthwise layer on wide rows, else None."""
+        """(padded plane size, wide workspace length) of a depthwise layer on wide rows, else None:
+        the wide rows, L = (OH - 1) * Wp + OW, with room for the window's reach on both sides."""
         g = self.geometry
         if g.ckk != g.kernel[0] * g.kernel[1] or g.stride[0] != g.stride[1]:
             return None
@@ -151,7 +152,8 @@ class GroupedPlan(CpuConvPlan):
         oh, ow = y_shape[2], y_shape[3]
         wp = K.depthwise_pitch(x_shape[3], ow, kw, s, dw, g.padding[1])
         hp = max(g.padding[0] + x_shape[2], s * (oh - 1) + (kh - 1) * dh + 1)
-        return hp * wp, (oh - 1) * wp + ow
+        margin = (kh - 1) * dh * wp + (kw - 1) * dw  # the input gradient's zeros on each side
+        return hp * wp, (oh - 1) * wp + ow + 2 * margin
 
     def _workspaces(self, ws: Workspace, x_shape: tuple[int, ...], y_shape: tuple[int, ...]
                     ) -> tuple[np.ndarray, np.ndarray]:

@@ -64,15 +64,30 @@ def _wide_plane(gw, gc, Wp):
 
 
 @kernel(fastmath=False)
-def _depthwise_forward(out, xp, yw, wc, bias, Wp, SH, SW, DH, DW, relu):
-    """One depthwise output plane out (OH, OW) from its padded input plane xp (rows Wp apart),
-    computed in "wide" rows: yw[j] for j = oh * Wp + ow reads xp[oh * SH * Wp + ow * SW + tap]
-    (only SH == SW here: the plane's rows and columns then share one flat stride), junk where
-    ow >= OW (dropped)."""
-    OH, OW = out.shape
+def _taps3x3(acc, xp, wc, bias, R, C, L):
+    """acc[j] = bias + the sum over the 3x3 taps (kh, kw) of wc[kh, kw] * xp[j + kh * R + kw * C],
+    j < L, added in tap order."""
+    w0, w1, w2, w3, w4 = wc[0, 0], wc[0, 1], wc[0, 2], wc[1, 0], wc[1, 1]
+    w5, w6, w7, w8 = wc[1, 2], wc[2, 0], wc[2, 1], wc[2, 2]
+    x0, x1, x2 = xp[0:L], xp[C:C + L], xp[2 * C:2 * C + L]
+    x3, x4, x5 = xp[R:R + L], xp[R + C:R + C + L], xp[R + 2 * C:R + 2 * C + L]
+    x6, x7, x8 = xp[2 * R:2 * R + L], xp[2 * R + C:2 * R + C + L], xp[2 * R + 2 * C:2 * R + 2 * C + L]
+    for j in range(L):
+        v = bias + w0 * x0[j]
+        v = v + w1 * x1[j]
+        v = v + w2 * x2[j]
+        v = v + w3 * x3[j]
+        v = v + w4 * x4[j]
+        v = v + w5 * x5[j]
+        v = v + w6 * x6[j]
+        v = v + w7 * x7[j]
+        acc[j] = v + w8 * x8[j]
+
+
+@kernel(fastmath=False)
+def _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L):
+    """acc[j] = bias + the sum over the taps of wc[kh, kw] * xp[j * SW + kh * DH * Wp + kw * DW]."""
     KH, KW = wc.shape
-    L = (OH - 1) * Wp + OW
-    acc = yw[:L]
     for j in range(L):
         acc[j] = bias
     for kh in range(KH):
@@ -86,6 +101,22 @@ def _depthwise_forward(out, xp, yw, wc, bias, Wp, SH, SW, DH, DW, relu):
             else:
                 for j in range(L):
                     acc[j] += wv * xp[off + j * SW]
+
+
+@kernel(fastmath=False)
+def _depthwise_forward(out, xp, yw, wc, bias, Wp, SH, SW, DH, DW, relu):
+    """One depthwise output plane out (OH, OW) from its padded input plane xp (rows Wp apart),
+    computed in "wide" rows: yw[j] for j = oh * Wp + ow reads xp[oh * SH * Wp + ow * SW + tap]
+    (only SH == SW here: the plane's rows and columns then share one flat stride), junk where
+    ow >= OW (dropped)."""
+    OH, OW = out.shape
+    KH, KW = wc.shape
+    L = (OH - 1) * Wp + OW
+    acc = yw[:L]
+    if KH == 3 and KW == 3 and SW == 1:  # the nine taps in one pass: each output written once
+        _taps3x3(acc, xp, wc, bias, Wp * DH, DW, L)
+    else:
+        _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L)
     for oh in range(OH):
         row = out[oh]
         src = acc[oh * Wp:oh * Wp + OW]
@@ -159,6 +190,30 @@ def conv2d_forward_grouped(y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups,
     # disjoint output planes (n, co)
     args = (y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
     parallel_blocks(conv2d_forward_grouped_blocks(*args), conv2d_forward_grouped_block, args)
+
+
+@kernel(fastmath=False)
+def _row_sum(row):
+    """The sum of row in a fixed order, folded in place: element k of every block of 16 into
+    row[k] (sixteen independent sums), those sixteen in order, then the last len % 16 elements."""
+    n = row.shape[0]
+    m = n // 16 * 16
+    if m >= 32:
+        head = row[0:16]
+        for j0 in range(16, m, 16):
+            blk = row[j0:j0 + 16]
+            for k in range(16):
+                head[k] += blk[k]
+        s = row[0]
+        for k in range(1, 16):
+            s += row[k]
+        for j in range(m, n):
+            s += row[j]
+        return s
+    s = np.float32(0.0)
+    for j in range(n):
+        s += row[j]
+    return s
 
 
 @kernel(fastmath=False)
@@ -262,22 +317,15 @@ def _dw_block(i, dw_parts, db_parts, lanes, g, x, w, SH, SW, DH, DW, PT, PL, gro
                             for ow in range(lo, hi):
                                 arow[ow] += grow[ow] * xrow[ow * SW + off]
     for r in range(R):
-        row = acc[r]
-        s = np.float32(0.0)
-        for ow in range(OW):
-            s += row[ow]
-        dw_parts[p, co, r] = s
-    s = np.float32(0.0)
-    for ow in range(OW):
-        s += brow[ow]
-    db_parts[p, co] = s
+        dw_parts[p, co, r] = _row_sum(acc[r, :OW])
+    db_parts[p, co] = _row_sum(brow[:OW])
 
 
 @kernel(fastmath=False)
 def _depthwise_dx_block(i, dx, xpad, gw, g, w, SH, SW, DH, DW, PT, PL, groups):
     """Plane i of (N * Ci) of a depthwise layer on wide rows: dx[n, ci] from its outputs' planes
     (the channel's ``multiplier`` filters), scattered into a padded plane and cropped."""
-    Ci, H, W = dx.shape[1], dx.shape[2], dx.shape[3]
+    Ci, W = dx.shape[1], dx.shape[3]
     Co, OH, OW = g.shape[1], g.shape[2], g.shape[3]
     KH, KW = w.shape[2], w.shape[3]
     cog = Co // groups
@@ -285,7 +333,20 @@ def _depthwise_dx_block(i, dx, xpad, gw, g, w, SH, SW, DH, DW, PT, PL, groups):
     t = numba.get_thread_id()
     Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
     L = (OH - 1) * Wp + OW
-    dp, gs = xpad[t], gw[t, :L]
+    dp = xpad[t]
+    if KH == 3 and KW == 3 and SW == 1:  # gathered: each input written once an output channel
+        R, C = DH * Wp, DW
+        M = 2 * R + 2 * C  # zeros before and after the wide plane: every tap's reads stay inside
+        ge = gw[t]
+        for j in range(M):
+            ge[j] = np.float32(0.0)
+            ge[M + L + j] = np.float32(0.0)
+        for co in range(ci * cog, (ci + 1) * cog):
+            _wide_plane(ge[M:M + L], g[n, co], Wp)
+            _gather3x3(dp, ge, w[co, 0], R, C, M, co == ci * cog)
+        _crop_plane(dx[n, ci], dp, Wp, PT, PL)
+        return
+    gs = gw[t, :L]
     for j in range(dp.shape[0]):
         dp[j] = np.float32(0.0)
     for co in range(ci * cog, (ci + 1) * cog):
@@ -301,12 +362,43 @@ def _depthwise_dx_block(i, dx, xpad, gw, g, w, SH, SW, DH, DW, PT, PL, groups):
                 else:
                     for j in range(L):
                         dp[off + j * SW] += wv * gs[j]
-    d2 = dx[n, ci]
+    _crop_plane(dx[n, ci], dp, Wp, PT, PL)
+
+
+@kernel(fastmath=False)
+def _crop_plane(d, dp, Wp, PT, PL):
+    """d (H, W) = the padded plane dp (rows Wp apart) without its padding."""
+    H, W = d.shape
     for ih in range(H):
         src = dp[(ih + PT) * Wp + PL:(ih + PT) * Wp + PL + W]
-        row = d2[ih]
+        row = d[ih]
         for iw in range(W):
             row[iw] = src[iw]
+
+
+@kernel(fastmath=False)
+def _gather3x3(dp, ge, wc, R, C, M, first):
+    """dp[q] (= or +=) the sum over the 3x3 taps (kh, kw) of wc[kh, kw] * ge[M + q - kh * R - kw * C],
+    q < dp's length, added in tap order: the input gradient of a stride-1 3x3 plane whose output
+    gradient lies in ge's wide rows from M on."""
+    Q = dp.shape[0]
+    w0, w1, w2, w3, w4 = wc[0, 0], wc[0, 1], wc[0, 2], wc[1, 0], wc[1, 1]
+    w5, w6, w7, w8 = wc[1, 2], wc[2, 0], wc[2, 1], wc[2, 2]
+    g0, g1, g2 = ge[M:M + Q], ge[M - C:M - C + Q], ge[M - 2 * C:M - 2 * C + Q]
+    g3, g4, g5 = ge[M - R:M - R + Q], ge[M - R - C:M - R - C + Q], ge[M - R - 2 * C:M - R - 2 * C + Q]
+    g6, g7 = ge[M - 2 * R:M - 2 * R + Q], ge[M - 2 * R - C:M - 2 * R - C + Q]
+    g8 = ge[M - 2 * R - 2 * C:M - 2 * R - 2 * C + Q]
+    for q in range(Q):
+        v = w0 * g0[q]
+        v = v + w1 * g1[q]
+        v = v + w2 * g2[q]
+        v = v + w3 * g3[q]
+        v = v + w4 * g4[q]
+        v = v + w5 * g5[q]
+        v = v + w6 * g6[q]
+        v = v + w7 * g7[q]
+        v = v + w8 * g8[q]
+        dp[q] = v if first else dp[q] + v
 
 
 @kernel(fastmath=False)
@@ -350,15 +442,8 @@ def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW,
                     for j in range(L):
                         a[j] += gs[j] * xp[off + j * SW]
     for r in range(R):
-        row = acc[r]
-        s = np.float32(0.0)
-        for j in range(L):
-            s += row[j]
-        dw_parts[p, co, r] = s
-    s = np.float32(0.0)
-    for j in range(L):
-        s += brow[j]
-    db_parts[p, co] = s
+        dw_parts[p, co, r] = _row_sum(acc[r, :L])
+    db_parts[p, co] = _row_sum(brow)
 
 
 @kernel(fastmath=False)
