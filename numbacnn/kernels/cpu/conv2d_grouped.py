@@ -405,7 +405,8 @@ def _gather3x3(dp, ge, wc, R, C, M, first):
 def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW, DH, DW, PT, PL, groups,
                         need_dw):
     """Pair i of (P * Co) of a depthwise layer on wide rows: as _dw_block, each tap's products
-    summed by wide position in ``lanes`` (threads, KH * KW + 1, at least L), then in order."""
+    over an example's wide rows summed by _dot8 and added over the part's examples in order in
+    ``lanes`` (threads, KH * KW + 1, at least 1)."""
     P = dw_parts.shape[0]
     N, Co, OH, OW = g.shape
     W = x.shape[3]
@@ -417,33 +418,62 @@ def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW,
     t = numba.get_thread_id()
     Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
     L = (OH - 1) * Wp + OW
-    acc = lanes[t]
+    acc = lanes[t, :, 0]  # each tap's sum over the part, then the bias's
     xp, gs = xpad[t], gw[t, :L]
     for r in range(R + 1):
-        for j in range(L):
-            acc[r, j] = np.float32(0.0)
-    brow = acc[R, :L]
+        acc[r] = np.float32(0.0)
     for n in range(n0, n1):
         _wide_plane(gs, g[n, co], Wp)
-        for j in range(L):
-            brow[j] += gs[j]
+        acc[R] += _dot8(gs, gs, False)
         if not need_dw:
             continue
         _pad_plane(xp, x[n, c], Wp, PT, PL)
         for kh in range(KH):
             for kw in range(KW):
                 off = kh * DH * Wp + kw * DW
-                a = acc[kh * KW + kw, :L]
                 if SW == 1:
-                    src = xp[off:off + L]
-                    for j in range(L):
-                        a[j] += gs[j] * src[j]
+                    acc[kh * KW + kw] += _dot8(gs, xp[off:off + L], True)
                 else:
+                    s = np.float32(0.0)
                     for j in range(L):
-                        a[j] += gs[j] * xp[off + j * SW]
+                        s += gs[j] * xp[off + j * SW]
+                    acc[kh * KW + kw] += s
     for r in range(R):
-        dw_parts[p, co, r] = _row_sum(acc[r, :L])
-    db_parts[p, co] = _row_sum(brow)
+        dw_parts[p, co, r] = acc[r]
+    db_parts[p, co] = acc[R]
+
+
+@kernel(fastmath=False)
+def _dot8(a, b, product):
+    """The sum of a[j] * b[j] (``product``) or of a[j] in eight interleaved sums (element j into
+    sum j % 8), added as a fixed tree, then the last len % 8 terms in order."""
+    n = a.shape[0]
+    m = n // 8 * 8
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+    if product:
+        for j in range(0, m, 8):
+            s0 += a[j] * b[j]
+            s1 += a[j + 1] * b[j + 1]
+            s2 += a[j + 2] * b[j + 2]
+            s3 += a[j + 3] * b[j + 3]
+            s4 += a[j + 4] * b[j + 4]
+            s5 += a[j + 5] * b[j + 5]
+            s6 += a[j + 6] * b[j + 6]
+            s7 += a[j + 7] * b[j + 7]
+    else:
+        for j in range(0, m, 8):
+            s0 += a[j]
+            s1 += a[j + 1]
+            s2 += a[j + 2]
+            s3 += a[j + 3]
+            s4 += a[j + 4]
+            s5 += a[j + 5]
+            s6 += a[j + 6]
+            s7 += a[j + 7]
+    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    for j in range(m, n):
+        s += a[j] * b[j] if product else a[j]
+    return s
 
 
 @kernel(fastmath=False)
