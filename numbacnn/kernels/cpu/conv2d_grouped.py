@@ -11,6 +11,7 @@ import numpy as np
 
 from ..._config import kernel
 from ..._parallel import parallel_blocks
+from .microkernel import dot_rows
 
 
 @kernel(inline=True)
@@ -402,11 +403,12 @@ def _gather3x3(dp, ge, wc, R, C, M, first):
 
 
 @kernel(fastmath=False)
-def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW, DH, DW, PT, PL, groups,
-                        need_dw):
+def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, ones, g, x, w, SH, SW, DH, DW, PT, PL,
+                        groups, need_dw):
     """Pair i of (P * Co) of a depthwise layer on wide rows: as _dw_block, each tap's products
-    over an example's wide rows summed by _dot8 and added over the part's examples in order in
-    ``lanes`` (threads, KH * KW + 1, at least 1)."""
+    over an example's wide rows summed by the dot micro-kernels (SW == 1; else in eight
+    interleaved sums) and added over the part's examples in order in ``lanes`` (threads,
+    KH * KW + 1, 2: the sums, an example's); the bias's sums against ``ones`` (at least L of 1.0)."""
     P = dw_parts.shape[0]
     N, Co, OH, OW = g.shape
     W = x.shape[3]
@@ -419,15 +421,27 @@ def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, g, x, w, SH, SW,
     Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
     L = (OH - 1) * Wp + OW
     acc = lanes[t, :, 0]  # each tap's sum over the part, then the bias's
+    tmp = lanes[t].reshape(-1)  # column 1: an example's sums
+    W2 = lanes.shape[2]
     xp, gs = xpad[t], gw[t, :L]
     for r in range(R + 1):
         acc[r] = np.float32(0.0)
     for n in range(n0, n1):
         _wide_plane(gs, g[n, co], Wp)
-        acc[R] += _dot8(gs, gs, False)
+        if ones.shape[0] >= L:
+            dot_rows(tmp, R * W2 + 1, W2, gw[t], 0, L, 1, ones, 0, L, 1, L)
+            acc[R] += tmp[R * W2 + 1]
+        else:
+            acc[R] += _dot8(gs, gs, False)
         if not need_dw:
             continue
         _pad_plane(xp, x[n, c], Wp, PT, PL)
+        if SW == 1:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
+            for kh in range(KH):
+                dot_rows(tmp, kh * KW * W2 + 1, W2, xp, kh * DH * Wp, DW, KW, gw[t], 0, L, 1, L)
+            for r in range(R):
+                acc[r] += tmp[r * W2 + 1]
+            continue
         for kh in range(KH):
             for kw in range(KW):
                 off = kh * DH * Wp + kw * DW
@@ -477,15 +491,15 @@ def _dot8(a, b, product):
 
 
 @kernel(fastmath=False)
-def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, dy, x, w, y, SH, SW, DH, DW, PT,
-                            PL, groups, need_dx, need_dw, relu):
+def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, ones, dy, x, w, y, SH, SW, DH, DW,
+                            PT, PL, groups, need_dx, need_dw, relu):
     """The gradients of conv2d_forward_grouped from dy (N, Co, OH, OW): dx (N, Ci, H, W) when
     need_dx; per part p of the batch (examples [N p / P, N (p + 1) / P)) the weight gradient
     dw_parts (P, Co, Ci / groups * KH * KW) (zeros unless need_dw) and db_parts (P, Co), summed
     after the whole batch (sum_parts). With ``relu``, y is the forward's output and g (N, Co, OH,
     OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW),
     or for a depthwise layer on wide rows (xpad and gw as conv2d_forward_grouped's xpad and yw)
-    (threads, KH * KW + 1, L)."""
+    (threads, KH * KW + 1, 2), with ``ones`` (the wide rows' length of 1.0; else (1,))."""
     N, Co = dy.shape[0], dy.shape[1]
     src = dy
     if relu:
@@ -503,8 +517,8 @@ def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, dy, x, w
     if wide:
         # disjoint (part, output channel) pairs
         parallel_blocks(dw_parts.shape[0] * Co, _depthwise_dw_block,
-                        (dw_parts, db_parts, lanes, xpad, gw, src, x, w, SH, SW, DH, DW, PT, PL, groups,
-                         need_dw))
+                        (dw_parts, db_parts, lanes, xpad, gw, ones, src, x, w, SH, SW, DH, DW, PT, PL,
+                         groups, need_dw))
     else:
         # disjoint (part, output channel) pairs
         parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
