@@ -183,12 +183,14 @@ STRATEGY_NETS = {
                  nc.Conv2D(16, 8, 1), nc.ReLU(),
                  nc.Conv2D(8, 6, (3, 2), groups=2, dilation=(1, 2), padding=((1, 2), (0, 1))), nc.ReLU6(),
                  nc.Conv2D(6, 6, 3, padding="same", groups=3, dilation=2), nc.HardSwish(),
-                 nc.DepthwiseConv2D(6, 1), nc.SiLU(), nc.Flatten(), nc.Dense(108, 10), nc.Sigmoid(),
+                 nc.DepthwiseConv2D(6, 1), nc.SiLU(), nc.DepthwiseConv2D(6, 3, multiplier=2, padding=1),
+                 nc.Flatten(), nc.Dense(216, 10), nc.Sigmoid(),
                  nc.Dense(10, 4), nc.HardSigmoid(), nc.Dense(4, 3)],
         [("gconv", 2, (1, 1, 1, 1), 4, 1), ("relu",), ("conv", 1, 0), ("relu",),
          ("gconv", 1, (1, 2, 0, 1), 2, (1, 2)),
          ("gate", "relu6"), ("gconv", 1, (2, 2, 2, 2), 3, 2), ("gate", "hardswish"),
-         ("gconv", 1, (0, 0, 0, 0), 6, 1), ("gate", "silu"), ("flatten",), ("dense",),
+         ("gconv", 1, (0, 0, 0, 0), 6, 1), ("gate", "silu"), ("gconv", 1, (1, 1, 1, 1), 6, 1),
+         ("flatten",), ("dense",),
          ("gate", "sigmoid"), ("dense",), ("gate", "hardsigmoid"), ("dense",)], (4, 9, 8)),
 }
 

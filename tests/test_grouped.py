@@ -50,6 +50,26 @@ def test_random_grouped_convolutions_match_the_oracle(seed):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale, err_msg=f"{name} {conv}")
 
 
+@pytest.mark.parametrize("multiplier,stride,dilation,pads", [
+    (1, 1, 1, (1, 1, 1, 1)), (2, 1, 1, (0, 2, 1, 0)), (3, 1, 2, (2, 2, 2, 2)), (2, 2, 1, (1, 0, 0, 1)),
+    (1, 1, (2, 1), (0, 0, 0, 0))])
+def test_depthwise_3x3_planes_match_the_oracle(rng, multiplier, stride, dilation, pads):
+    """The depthwise wide-row paths: 3x3 stride 1 in one pass each way (a multiplier's filters
+    adding into one input gradient), strided and dilated ones by taps."""
+    conv = nc.DepthwiseConv2D(5, 3, multiplier, stride=stride, dilation=dilation,
+                              padding=((pads[0], pads[1]), (pads[2], pads[3]))).initialize(rng)
+    x = rng.standard_normal((6, 5, 11, 9)).astype(np.float32)
+    y = conv.forward(x, training=True).copy()
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = conv.backward(dy).copy()
+    geometry = (conv.stride, pads, 5, conv.dilation)
+    np.testing.assert_allclose(y, ref.conv2d_grouped_forward(x, conv.weight, conv.bias, *geometry),
+                               rtol=1e-5, atol=1e-5)
+    edx, edw, edb = ref.conv2d_grouped_backward(dy, x, conv.weight, *geometry)
+    for got, want in ((dx, edx), (conv.dweight, edw), (conv.dbias, edb)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
 def test_the_grouped_oracle_is_the_ungrouped_one_on_each_group_and_ungrouped_matches_the_plain_oracle(rng):
     """The float64 oracle itself: groups=1 with no dilation agrees with the plain convolution's
     oracle, and a grouped convolution is its groups' ungrouped convolutions side by side."""

@@ -176,13 +176,16 @@ class GroupedPlan(CpuConvPlan):
         x, y = ws["x"], ws["y"]
         masked = ws.buf("g", y.shape) if relu else ws.buf("g0", (1, 1, 1, 1))
         wide = self._wide(x.shape, y.shape)
-        lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3] if wide is None else 2))
+        lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3]) if wide is None else
+                       (self.slots, g.out_channels // g.groups * (g.ckk + 1), 2))
+        dpad = ws.buf("dpad", (self.slots, 1 if wide is None else wide[0]))
         ones = ws.get("ones")
         if ones is None or ones.shape != (1 if wide is None else wide[1],):
             ones = ws.buf("ones", (1 if wide is None else wide[1],))
             ones[:] = 1.0
-        launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes,
-               *self._workspaces(ws, x.shape, y.shape), ones, dy, x, weight, y, *g.stride, *g.dilation,
+        xpad, gw = self._workspaces(ws, x.shape, y.shape)
+        launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, xpad, dpad, gw, ones, dy,
+               x, weight, y, *g.stride, *g.dilation,
                *g.padding, g.groups, need_dx, need_dw, relu)
 
 

@@ -323,50 +323,6 @@ def _dw_block(i, dw_parts, db_parts, lanes, g, x, w, SH, SW, DH, DW, PT, PL, gro
 
 
 @kernel(fastmath=False)
-def _depthwise_dx_block(i, dx, xpad, gw, g, w, SH, SW, DH, DW, PT, PL, groups):
-    """Plane i of (N * Ci) of a depthwise layer on wide rows: dx[n, ci] from its outputs' planes
-    (the channel's ``multiplier`` filters), scattered into a padded plane and cropped."""
-    Ci, W = dx.shape[1], dx.shape[3]
-    Co, OH, OW = g.shape[1], g.shape[2], g.shape[3]
-    KH, KW = w.shape[2], w.shape[3]
-    cog = Co // groups
-    n, ci = i // Ci, i % Ci
-    t = numba.get_thread_id()
-    Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
-    L = (OH - 1) * Wp + OW
-    dp = xpad[t]
-    if KH == 3 and KW == 3 and SW == 1:  # gathered: each input written once an output channel
-        R, C = DH * Wp, DW
-        M = 2 * R + 2 * C  # zeros before and after the wide plane: every tap's reads stay inside
-        ge = gw[t]
-        for j in range(M):
-            ge[j] = np.float32(0.0)
-            ge[M + L + j] = np.float32(0.0)
-        for co in range(ci * cog, (ci + 1) * cog):
-            _wide_plane(ge[M:M + L], g[n, co], Wp)
-            _gather3x3(dp, ge, w[co, 0], R, C, M, co == ci * cog)
-        _crop_plane(dx[n, ci], dp, Wp, PT, PL)
-        return
-    gs = gw[t, :L]
-    for j in range(dp.shape[0]):
-        dp[j] = np.float32(0.0)
-    for co in range(ci * cog, (ci + 1) * cog):
-        _wide_plane(gs, g[n, co], Wp)
-        for kh in range(KH):
-            for kw in range(KW):
-                wv = w[co, 0, kh, kw]
-                off = kh * DH * Wp + kw * DW
-                if SW == 1:
-                    d = dp[off:off + L]
-                    for j in range(L):
-                        d[j] += wv * gs[j]
-                else:
-                    for j in range(L):
-                        dp[off + j * SW] += wv * gs[j]
-    _crop_plane(dx[n, ci], dp, Wp, PT, PL)
-
-
-@kernel(fastmath=False)
 def _crop_plane(d, dp, Wp, PT, PL):
     """d (H, W) = the padded plane dp (rows Wp apart) without its padding."""
     H, W = d.shape
@@ -403,58 +359,92 @@ def _gather3x3(dp, ge, wc, R, C, M, first):
 
 
 @kernel(fastmath=False)
-def _depthwise_dw_block(i, dw_parts, db_parts, lanes, xpad, gw, ones, g, x, w, SH, SW, DH, DW, PT, PL,
-                        groups, need_dw):
-    """Pair i of (P * Co) of a depthwise layer on wide rows: as _dw_block, each tap's products
-    over an example's wide rows summed by the dot micro-kernels (SW == 1; else in eight
-    interleaved sums) and added over the part's examples in order in ``lanes`` (threads,
-    KH * KW + 1, 2: the sums, an example's); the bias's sums against ``ones`` (at least L of 1.0)."""
+def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, ones, g, x, w, SH, SW, DH, DW,
+                              PT, PL, groups, need_dx, need_dw):
+    """Pair i of (P * Ci) of a depthwise layer on wide rows, one pass over its planes: for each
+    example n of part p, dx[n, ci] (when need_dx) and the part's sums for the channel's outputs
+    co (its ``multiplier`` filters) into dw_parts[p, co] and db_parts[p, co]. The taps' products
+    over an example's wide rows run on the dot micro-kernels (SW == 1; else in eight interleaved
+    sums) and add up over the part's examples in order in ``lanes`` (threads, multiplier *
+    (KH * KW + 1), 2); the bias's sums against ``ones`` (at least L of 1.0). A 3x3 stride-1
+    input gradient is gathered (each input written once a filter), others scattered. xpad, dpad:
+    (threads, Hp * Wp), the padded input and its gradient; gw: (threads, L + 2 * margin)."""
     P = dw_parts.shape[0]
     N, Co, OH, OW = g.shape
-    W = x.shape[3]
+    Ci, W = x.shape[1], x.shape[3]
     KH, KW = w.shape[2], w.shape[3]
     R = KH * KW
-    p, co = i // Co, i % Co
+    cog = Co // groups
+    p, ci = i // Ci, i % Ci
     n0, n1 = N * p // P, N * (p + 1) // P
-    c = co // (Co // groups)
     t = numba.get_thread_id()
     Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
     L = (OH - 1) * Wp + OW
-    acc = lanes[t, :, 0]  # each tap's sum over the part, then the bias's
-    tmp = lanes[t].reshape(-1)  # column 1: an example's sums
+    fast3 = KH == 3 and KW == 3 and SW == 1
+    RS, CS = DH * Wp, DW
+    M = 2 * RS + 2 * CS if fast3 else 0  # zeros before and after the wide rows for the gather
+    ge = gw[t]
+    gs = ge[M:M + L]
+    for j in range(M):
+        ge[j] = np.float32(0.0)
+        ge[M + L + j] = np.float32(0.0)
+    xp, dp = xpad[t], dpad[t]
     W2 = lanes.shape[2]
-    xp, gs = xpad[t], gw[t, :L]
-    for r in range(R + 1):
+    flat = lanes[t].reshape(-1)
+    acc = lanes[t, :, 0]
+    for r in range(cog * (R + 1)):
         acc[r] = np.float32(0.0)
     for n in range(n0, n1):
-        _wide_plane(gs, g[n, co], Wp)
-        if ones.shape[0] >= L:
-            dot_rows(tmp, R * W2 + 1, W2, gw[t], 0, L, 1, ones, 0, L, 1, L)
-            acc[R] += tmp[R * W2 + 1]
-        else:
-            acc[R] += _dot8(gs, gs, False)
-        if not need_dw:
-            continue
-        _pad_plane(xp, x[n, c], Wp, PT, PL)
-        if SW == 1:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
-            for kh in range(KH):
-                dot_rows(tmp, kh * KW * W2 + 1, W2, xp, kh * DH * Wp, DW, KW, gw[t], 0, L, 1, L)
-            for r in range(R):
-                acc[r] += tmp[r * W2 + 1]
-            continue
-        for kh in range(KH):
-            for kw in range(KW):
-                off = kh * DH * Wp + kw * DW
-                if SW == 1:
-                    acc[kh * KW + kw] += _dot8(gs, xp[off:off + L], True)
+        if need_dw:
+            _pad_plane(xp, x[n, ci], Wp, PT, PL)
+        for k in range(cog):
+            co = ci * cog + k
+            base = k * (R + 1)
+            _wide_plane(gs, g[n, co], Wp)
+            if ones.shape[0] >= L:
+                dot_rows(flat, (base + R) * W2 + 1, W2, ge, M, L, 1, ones, 0, L, 1, L)
+                acc[base + R] += flat[(base + R) * W2 + 1]
+            else:
+                acc[base + R] += _dot8(gs, gs, False)
+            if need_dw:
+                if SW == 1:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
+                    for kh in range(KH):
+                        dot_rows(flat, (base + kh * KW) * W2 + 1, W2, xp, kh * RS, DW, KW, ge, M, L, 1, L)
+                    for r in range(R):
+                        acc[base + r] += flat[(base + r) * W2 + 1]
                 else:
-                    s = np.float32(0.0)
-                    for j in range(L):
-                        s += gs[j] * xp[off + j * SW]
-                    acc[kh * KW + kw] += s
-    for r in range(R):
-        dw_parts[p, co, r] = acc[r]
-    db_parts[p, co] = acc[R]
+                    for kh in range(KH):
+                        for kw in range(KW):
+                            off = kh * RS + kw * DW
+                            s = np.float32(0.0)
+                            for j in range(L):
+                                s += gs[j] * xp[off + j * SW]
+                            acc[base + kh * KW + kw] += s
+            if not need_dx:
+                continue
+            if fast3:
+                _gather3x3(dp, ge, w[co, 0], RS, CS, M, k == 0)
+                continue
+            if k == 0:
+                for j in range(dp.shape[0]):
+                    dp[j] = np.float32(0.0)
+            for kh in range(KH):
+                for kw in range(KW):
+                    wv = w[co, 0, kh, kw]
+                    off = kh * RS + kw * DW
+                    if SW == 1:
+                        d = dp[off:off + L]
+                        for j in range(L):
+                            d[j] += wv * gs[j]
+                    else:
+                        for j in range(L):
+                            dp[off + j * SW] += wv * gs[j]
+        if need_dx:
+            _crop_plane(dx[n, ci], dp, Wp, PT, PL)
+    for k in range(cog):
+        for r in range(R):
+            dw_parts[p, ci * cog + k, r] = acc[k * (R + 1) + r]
+        db_parts[p, ci * cog + k] = acc[k * (R + 1) + R]
 
 
 @kernel(fastmath=False)
@@ -491,15 +481,16 @@ def _dot8(a, b, product):
 
 
 @kernel(fastmath=False)
-def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, ones, dy, x, w, y, SH, SW, DH, DW,
-                            PT, PL, groups, need_dx, need_dw, relu):
+def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, dpad, gw, ones, dy, x, w, y, SH, SW, DH,
+                            DW, PT, PL, groups, need_dx, need_dw, relu):
     """The gradients of conv2d_forward_grouped from dy (N, Co, OH, OW): dx (N, Ci, H, W) when
     need_dx; per part p of the batch (examples [N p / P, N (p + 1) / P)) the weight gradient
     dw_parts (P, Co, Ci / groups * KH * KW) (zeros unless need_dw) and db_parts (P, Co), summed
     after the whole batch (sum_parts). With ``relu``, y is the forward's output and g (N, Co, OH,
-    OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW),
-    or for a depthwise layer on wide rows (xpad and gw as conv2d_forward_grouped's xpad and yw)
-    (threads, KH * KW + 1, 2), with ``ones`` (the wide rows' length of 1.0; else (1,))."""
+    OW) receives dy masked by it; else g is unread. lanes: (threads, Ci / groups * KH * KW + 1, OW);
+    for a depthwise layer on wide rows (xpad and gw as conv2d_forward_grouped's xpad and yw; dpad
+    as xpad) (threads, Co / groups * (KH * KW + 1), 2), with ``ones`` (gw's length of 1.0; else
+    (1,)) and the whole backward in one pass (_depthwise_backward_block)."""
     N, Co = dy.shape[0], dy.shape[1]
     src = dy
     if relu:
@@ -507,19 +498,15 @@ def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, gw, ones, dy
         parallel_blocks(N * Co, _mask_block, (g, dy, y))
         src = g
     wide = xpad.shape[1] > 1
-    if need_dx and wide:
-        # disjoint input planes (n, ci)
-        parallel_blocks(N * dx.shape[1], _depthwise_dx_block,
-                        (dx, xpad, gw, src, w, SH, SW, DH, DW, PT, PL, groups))
-    elif need_dx:
+    if wide:
+        # disjoint (part, input channel) pairs: their input planes and their filters' parts
+        parallel_blocks(dw_parts.shape[0] * x.shape[1], _depthwise_backward_block,
+                        (dx, dw_parts, db_parts, lanes, xpad, dpad, gw, ones, src, x, w, SH, SW, DH, DW, PT,
+                         PL, groups, need_dx, need_dw))
+        return
+    if need_dx:
         # disjoint input planes (n, ci)
         parallel_blocks(N * dx.shape[1], _dx_block, (dx, src, w, SH, SW, DH, DW, PT, PL, groups))
-    if wide:
-        # disjoint (part, output channel) pairs
-        parallel_blocks(dw_parts.shape[0] * Co, _depthwise_dw_block,
-                        (dw_parts, db_parts, lanes, xpad, gw, ones, src, x, w, SH, SW, DH, DW, PT, PL,
-                         groups, need_dw))
-    else:
-        # disjoint (part, output channel) pairs
-        parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
-                        (dw_parts, db_parts, lanes, src, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw))
+    # disjoint (part, output channel) pairs
+    parallel_blocks(dw_parts.shape[0] * Co, _dw_block,
+                    (dw_parts, db_parts, lanes, src, x, w, SH, SW, DH, DW, PT, PL, groups, need_dw))
