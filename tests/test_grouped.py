@@ -70,6 +70,28 @@ def test_depthwise_3x3_planes_match_the_oracle(rng, multiplier, stride, dilation
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+def test_uneven_padding_runs_the_unpadded_plan_on_a_padded_copy_and_matches_the_oracle(rng):
+    """DS-CNN's stem (Keras's "same" at stride 2 as per-side padding) on the "padded" plan (the
+    strided GEMM plan inside) and a stride-1 one, ReLU fused, in a trained network step."""
+    net = nc.Sequential([nc.Conv2D(1, 6, (10, 4), stride=2, padding=((4, 5), (1, 1))), nc.ReLU(),
+                         nc.Conv2D(6, 4, 3, padding=((0, 2), (1, 0))), nc.Flatten(), nc.Dense(4 * 25 * 4, 3)],
+                        seed=0)
+    assert [net.layers[0].strategy, net.layers[2].strategy] == ["padded", "padded"]
+    assert net.layers[0].plan.inner.name == "gemm" and net.layers[0].fusion.relu
+    x = rng.standard_normal((5, 1, 49, 10)).astype(np.float32)
+    y = rng.integers(0, 3, 5)
+    for _ in range(2):  # the second step on the workspaces the first left
+        _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+        dx = net.backward(d)
+    params = [v.astype(np.float64) for v in net.state_dict().values()]
+    spec = [("gconv", 2, (4, 5, 1, 1), 1, 1), ("relu",), ("gconv", 1, (0, 2, 1, 0), 1, 1), ("flatten",),
+            ("dense",)]
+    _, grads, edx = ref.network_gradients(spec, params, x, y)
+    for (key, g), eg in zip(net.grad_dict().items(), grads):
+        np.testing.assert_allclose(g, eg, rtol=1e-4, atol=1e-5, err_msg=key)
+    np.testing.assert_allclose(dx, edx, rtol=1e-4, atol=1e-5)
+
+
 def test_the_grouped_oracle_is_the_ungrouped_one_on_each_group_and_ungrouped_matches_the_plain_oracle(rng):
     """The float64 oracle itself: groups=1 with no dilation agrees with the plain convolution's
     oracle, and a grouped convolution is its groups' ungrouped convolutions side by side."""

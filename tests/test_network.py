@@ -189,11 +189,11 @@ SPECS = {
     # examples, weight gradients over parts of the batch), F(2x2, 3x3) for the 1 and 3 examples
     "winograd4": WINOGRAD,
     # the grouped plan: depthwise (a multiplier, stride 2, dilation), grouped 1x1, a fused ReLU, the
-    # gates; the pointwise plan (1x1, with and without a fused ReLU)
+    # gates; the pointwise plan (1x1, with and without a fused ReLU); the padded plan (uneven padding)
     "grouped": ("conv(8,3,padding=1),relu,dwconv(3,multiplier=2,stride=2,padding=1),relu,conv(16,1),relu,"
                 "conv(16,1),conv(16,1,groups=4),"
                 "hardswish,dwconv(3,dilation=2,padding=same),relu6,conv(12,(3,2),groups=4,padding=((1,0),(0,1))),"
-                "silu,dense(20),sigmoid", (3, 12, 11)),
+                "silu,conv(8,(3,2),stride=2,padding=((1,0),(0,1))),relu,dense(20),sigmoid", (3, 12, 11)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():

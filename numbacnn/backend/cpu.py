@@ -1,6 +1,7 @@
 """The CPU backend: numpy arrays and the numba njit kernels of ``numbacnn.kernels.cpu``."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -13,6 +14,7 @@ from .cpu_conv import (
     DirectPlan,
     GemmPlan,
     GroupedPlan,
+    PaddedPlan,
     PointwisePlan,
     PositionsPlan,
     WidePlan,
@@ -72,6 +74,8 @@ class CpuBackend(Backend):
         return seen, ws.buf("fold_version", (1,), np.int32)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
+        if geometry.groups == 1 and geometry.dilation == (1, 1) and not geometry.plain:
+            return PaddedPlan(geometry, self.conv_plan(replace(geometry, padding=(0, 0), padding_end=None)))
         if not geometry.plain:
             return GroupedPlan(geometry)
         if PointwisePlan.fits(geometry) and geometry.in_channels >= POINTWISE_MIN_CHANNELS:

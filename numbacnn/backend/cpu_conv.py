@@ -6,6 +6,8 @@ workspaces and its kernel calls; ``CpuBackend.conv_plan`` chooses one per layer 
 - "positions": long filters, any stride; position-major columns (conv2d_positions.py)
 - "gemm": strided, short filters; gathered im2col columns cached for the backward (conv2d_gemm.py)
 - "pointwise": 1x1 stride-1 convolutions, a GEMM an example (conv2d_pointwise.py)
+- "padded": an ungrouped, undilated convolution with uneven padding, run by the plan of its
+  unpadded twin on a zero-padded copy of the input (pad.py)
 - "grouped": grouped (depthwise), dilated or unevenly padded convolutions, plane by plane
   (conv2d_grouped.py)
 
@@ -187,6 +189,46 @@ class GroupedPlan(CpuConvPlan):
         launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, xpad, dpad, gw, ones, dy,
                x, weight, y, *g.stride, *g.dilation,
                *g.padding, g.groups, need_dx, need_dw, relu)
+
+
+class PaddedPlan(ConvPlan):
+    """Uneven zero padding ((top, bottom), (left, right)) of an ungrouped, undilated convolution:
+    the input padded into a workspace, then the unpadded layer's own plan (``inner``, chosen by
+    the backend) on it; the input gradient cropped from the inner plan's."""
+
+    name = "padded"
+
+    def __init__(self, geometry: ConvGeometry, inner: ConvPlan) -> None:
+        super().__init__(geometry)
+        self.inner = inner
+
+    def _inner_ws(self, ws: Workspace) -> Workspace:
+        inner = ws.get("inner")
+        if inner is None:
+            inner = ws["inner"] = Workspace(ws.backend)
+        return inner
+
+    def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
+                backward: bool = True, version: Any = None) -> Any:
+        g = self.geometry
+        end = g.padding_end or g.padding
+        n, c, h, w = x.shape
+        xp = ws.buf("xpadded", (n, c, h + g.padding[0] + end[0], w + g.padding[1] + end[1]))
+        launch(K.pad2d_forward, xp, x, *g.padding)
+        ws["x"] = x
+        y = self.inner.forward(self._inner_ws(ws), xp, weight, bias, relu, pool, backward, version)
+        ws["y"] = y
+        return y
+
+    def backward(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
+                 need_dw: bool, relu: bool, pool: Pair | None) -> Any:
+        dxp = self.inner.backward(self._inner_ws(ws), dy, weight, dweight, dbias, need_dx, need_dw, relu,
+                                  pool)
+        if not need_dx:
+            return None
+        dx = ws.buf("dx", ws["x"].shape)
+        launch(K.pad2d_backward, dx, dxp, *self.geometry.padding)
+        return dx
 
 
 class PointwisePlan(CpuConvPlan):

@@ -10,6 +10,7 @@ from . import conv2d_winograd as _conv2d_winograd
 from . import conv2d_winograd4 as _conv2d_winograd4
 from . import dense as _dense
 from . import normalize as _normalize
+from . import pad as _pad
 from . import pool as _pool
 from ._util import sum_parts
 from .activations import (
@@ -43,6 +44,7 @@ from .dropout import dropout_advance, dropout_backward, dropout_forward
 from .loss import softmax, softmax_cross_entropy
 from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
+from .pad import pad2d_backward, pad2d_forward
 from .pool import (
     avgpool2d_backward,
     avgpool2d_forward,
@@ -65,7 +67,8 @@ __all__ = [
     "position_filters",
     "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",
     "conv2d_backward_winograd4", "conv2d_forward_winograd4", "winograd4_filter_gradient", "winograd4_filters",
-    "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
+    "dense_backward", "dense_forward", "pad2d_backward", "pad2d_forward", "dropout_advance",
+    "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update",
     "sgd_update", "softmax",
@@ -94,6 +97,7 @@ TEAM_BLOCKS = {
     conv2d_forward_winograd4: _blocks(_conv2d_winograd4, "conv2d_forward_winograd4"),
     dense_forward: _blocks(_dense, "dense_forward"),
     normalize_forward: _blocks(_normalize, "normalize_forward"),
+    pad2d_forward: _blocks(_pad, "pad2d_forward"),
     maxpool2d_forward: _blocks(_pool, "maxpool2d_forward"),
     avgpool2d_forward: _blocks(_pool, "avgpool2d_forward"),
     global_avgpool2d_forward: _blocks(_pool, "global_avgpool2d_forward"),
