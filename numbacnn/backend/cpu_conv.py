@@ -155,7 +155,8 @@ class GroupedPlan(CpuConvPlan):
         wp = K.depthwise_pitch(x_shape[3], ow, kw, s, dw, g.padding[1])
         hp = max(g.padding[0] + x_shape[2], s * (oh - 1) + (kh - 1) * dh + 1)
         margin = (kh - 1) * dh * wp + (kw - 1) * dw  # the input gradient's zeros on each side
-        return hp * wp, (oh - 1) * wp + ow + 2 * margin
+        length = (oh - 1) * s * wp + (ow - 1) * s + 1  # the stride-1 wide rows the outputs lie on
+        return hp * wp, max(length + 2 * margin, hp * wp + margin)
 
     def _workspaces(self, ws: Workspace, x_shape: tuple[int, ...], y_shape: tuple[int, ...]
                     ) -> tuple[np.ndarray, np.ndarray]:

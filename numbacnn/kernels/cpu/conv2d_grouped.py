@@ -105,25 +105,49 @@ def _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L):
 
 
 @kernel(fastmath=False)
-def _depthwise_forward(out, xp, yw, wc, bias, Wp, SH, SW, DH, DW, relu):
+def _depthwise_forward(out, xp, yw, wc, bias, Wp, S, DH, DW, relu):
     """One depthwise output plane out (OH, OW) from its padded input plane xp (rows Wp apart),
-    computed in "wide" rows: yw[j] for j = oh * Wp + ow reads xp[oh * SH * Wp + ow * SW + tap]
-    (only SH == SW here: the plane's rows and columns then share one flat stride), junk where
-    ow >= OW (dropped)."""
+    computed in "wide" rows at stride 1: yw[j] for j = r * Wp + c reads xp[j + tap], junk where
+    c >= (OW - 1) * S + 1 (dropped); stride S keeps every S-th row and column of that (S * S times
+    the products, on contiguous rows)."""
     OH, OW = out.shape
     KH, KW = wc.shape
-    L = (OH - 1) * Wp + OW
+    L = (OH - 1) * S * Wp + (OW - 1) * S + 1
     acc = yw[:L]
-    if KH == 3 and KW == 3 and SW == 1:  # the nine taps in one pass: each output written once
+    if KH == 3 and KW == 3:  # the nine taps in one pass: each output written once
         _taps3x3(acc, xp, wc, bias, Wp * DH, DW, L)
     else:
-        _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L)
+        _taps(acc, xp, wc, bias, Wp, 1, DH, DW, L)
     for oh in range(OH):
         row = out[oh]
-        src = acc[oh * Wp:oh * Wp + OW]
+        if S == 1:
+            src = acc[oh * Wp:oh * Wp + OW]
+            for ow in range(OW):
+                v = src[ow]
+                row[ow] = v if not (relu and v < np.float32(0.0)) else np.float32(0.0)
+        else:
+            src = acc[oh * S * Wp:]
+            for ow in range(OW):
+                v = src[ow * S]
+                row[ow] = v if not (relu and v < np.float32(0.0)) else np.float32(0.0)
+
+
+@kernel(fastmath=False)
+def _stuffed_plane(gw, gc, Wp, S):
+    """gw (flat, L = (OH - 1) * S * Wp + (OW - 1) * S + 1) = the plane gc (OH, OW) at every S-th
+    row (rows Wp apart) and column, zeros between: a strided layer's output gradient at the
+    stride-1 positions it was taken from."""
+    if S == 1:
+        _wide_plane(gw, gc, Wp)
+        return
+    OH, OW = gc.shape
+    for j in range(gw.shape[0]):
+        gw[j] = np.float32(0.0)
+    for oh in range(OH):
+        row = gw[oh * S * Wp:]
+        src = gc[oh]
         for ow in range(OW):
-            v = src[ow]
-            row[ow] = v if not (relu and v < np.float32(0.0)) else np.float32(0.0)
+            row[ow * S] = src[ow]
 
 
 @kernel(fastmath=False)
@@ -136,7 +160,7 @@ def conv2d_forward_grouped_block(i, y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL
         n, co = i // Co, i % Co
         c = co // (Co // groups)
         _pad_plane(xpad[t], x[n, c], Wp, PT, PL)
-        _depthwise_forward(y[n, co], xpad[t], yw[t], w[co, 0], b[co], Wp, SH, SW, DH, DW, relu)
+        _depthwise_forward(y[n, co], xpad[t], yw[t], w[co, 0], b[co], Wp, SW, DH, DW, relu)
         return
     Co, OH, OW = y.shape[1], y.shape[2], y.shape[3]
     H, W = x.shape[2], x.shape[3]
@@ -364,11 +388,12 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
     """Pair i of (P * Ci) of a depthwise layer on wide rows, one pass over its planes: for each
     example n of part p, dx[n, ci] (when need_dx) and the part's sums for the channel's outputs
     co (its ``multiplier`` filters) into dw_parts[p, co] and db_parts[p, co]. The taps' products
-    over an example's wide rows run on the dot micro-kernels (SW == 1; else in eight interleaved
-    sums) and add up over the part's examples in order in ``lanes`` (threads, multiplier *
-    (KH * KW + 1), 2); the bias's sums against ``ones`` (at least L of 1.0). A 3x3 stride-1
-    input gradient is gathered (each input written once a filter), others scattered. xpad, dpad:
-    (threads, Hp * Wp), the padded input and its gradient; gw: (threads, L + 2 * margin)."""
+    over an example's wide rows (at stride 1, the gradient stuffed with zeros between a strided
+    layer's positions) run on the dot micro-kernels and add up over the part's examples in order
+    in ``lanes`` (threads, multiplier * (KH * KW + 1), 2); the bias's sums against ``ones`` (at
+    least L of 1.0). A 3x3 input gradient is gathered (each input written once a filter), others
+    scattered. xpad, dpad: (threads, Hp * Wp), the padded input and its gradient; gw: (threads,
+    at least L + 2 * margin and Hp * Wp + margin)."""
     P = dw_parts.shape[0]
     N, Co, OH, OW = g.shape
     Ci, W = x.shape[1], x.shape[3]
@@ -379,15 +404,16 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
     n0, n1 = N * p // P, N * (p + 1) // P
     t = numba.get_thread_id()
     Wp = depthwise_pitch(W, OW, KW, SW, DW, PL)
-    L = (OH - 1) * Wp + OW
-    fast3 = KH == 3 and KW == 3 and SW == 1
+    L = (OH - 1) * SW * Wp + (OW - 1) * SW + 1  # the stride-1 wide rows the outputs lie on
+    fast3 = KH == 3 and KW == 3
     RS, CS = DH * Wp, DW
     M = 2 * RS + 2 * CS if fast3 else 0  # zeros before and after the wide rows for the gather
     ge = gw[t]
     gs = ge[M:M + L]
     for j in range(M):
         ge[j] = np.float32(0.0)
-        ge[M + L + j] = np.float32(0.0)
+    for j in range(M + L, ge.shape[0]):
+        ge[j] = np.float32(0.0)
     xp, dp = xpad[t], dpad[t]
     W2 = lanes.shape[2]
     flat = lanes[t].reshape(-1)
@@ -400,26 +426,17 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
         for k in range(cog):
             co = ci * cog + k
             base = k * (R + 1)
-            _wide_plane(gs, g[n, co], Wp)
+            _stuffed_plane(gs, g[n, co], Wp, SW)
             if ones.shape[0] >= L:
                 dot_rows(flat, (base + R) * W2 + 1, W2, ge, M, L, 1, ones, 0, L, 1, L)
                 acc[base + R] += flat[(base + R) * W2 + 1]
             else:
                 acc[base + R] += _dot8(gs, gs, False)
-            if need_dw:
-                if SW == 1:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
-                    for kh in range(KH):
-                        dot_rows(flat, (base + kh * KW) * W2 + 1, W2, xp, kh * RS, DW, KW, ge, M, L, 1, L)
-                    for r in range(R):
-                        acc[base + r] += flat[(base + r) * W2 + 1]
-                else:
-                    for kh in range(KH):
-                        for kw in range(KW):
-                            off = kh * RS + kw * DW
-                            s = np.float32(0.0)
-                            for j in range(L):
-                                s += gs[j] * xp[off + j * SW]
-                            acc[base + kh * KW + kw] += s
+            if need_dw:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
+                for kh in range(KH):
+                    dot_rows(flat, (base + kh * KW) * W2 + 1, W2, xp, kh * RS, DW, KW, ge, M, L, 1, L)
+                for r in range(R):
+                    acc[base + r] += flat[(base + r) * W2 + 1]
             if not need_dx:
                 continue
             if fast3:
@@ -432,13 +449,9 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
                 for kw in range(KW):
                     wv = w[co, 0, kh, kw]
                     off = kh * RS + kw * DW
-                    if SW == 1:
-                        d = dp[off:off + L]
-                        for j in range(L):
-                            d[j] += wv * gs[j]
-                    else:
-                        for j in range(L):
-                            dp[off + j * SW] += wv * gs[j]
+                    d = dp[off:off + L]
+                    for j in range(L):
+                        d[j] += wv * gs[j]
         if need_dx:
             _crop_plane(dx[n, ci], dp, Wp, PT, PL)
     for k in range(cog):
