@@ -40,7 +40,7 @@ WINOGRAD_MIN_CHANNELS = 24
 # 1x1 stride-1 convolutions run as a GEMM an example: DS-CNN's 64 -> 64 on 25 x 5 planes at batch
 # 100 trained 3x faster than on "direct" (whose input gradient runs by im2col and col2im), and
 # forward + backward took 0.32-0.55x "direct"'s time from 3 to 8 input channels too (3 -> 16, 4 -> 24,
-# 8 -> 16, 8 -> 64 on 8x8 to 48x48 planes, 2 threads of a Zen 4)
+# 8 -> 16, 8 -> 64 on 8x8 to 48x48 planes, 2 threads of a Zen 5)
 POINTWISE_MIN_CHANNELS = 1
 _NO_DX = np.empty((1, 1), np.float32)  # dense_backward's dx when the input gradient is not needed
 
