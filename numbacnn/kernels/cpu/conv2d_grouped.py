@@ -86,8 +86,9 @@ def _taps3x3(acc, xp, wc, bias, R, C, L):
 
 
 @kernel(fastmath=False)
-def _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L):
-    """acc[j] = bias + the sum over the taps of wc[kh, kw] * xp[j * SW + kh * DH * Wp + kw * DW]."""
+def _taps(acc, xp, wc, bias, Wp, DH, DW, L):
+    """acc[j] = bias + the sum over the taps of wc[kh, kw] * xp[j + kh * DH * Wp + kw * DW], tap by
+    tap."""
     KH, KW = wc.shape
     for j in range(L):
         acc[j] = bias
@@ -95,13 +96,9 @@ def _taps(acc, xp, wc, bias, Wp, SW, DH, DW, L):
         for kw in range(KW):
             wv = wc[kh, kw]
             off = kh * DH * Wp + kw * DW
-            if SW == 1:
-                src = xp[off:off + L]
-                for j in range(L):
-                    acc[j] += wv * src[j]
-            else:
-                for j in range(L):
-                    acc[j] += wv * xp[off + j * SW]
+            src = xp[off:off + L]
+            for j in range(L):
+                acc[j] += wv * src[j]
 
 
 @kernel(fastmath=False)
@@ -117,7 +114,7 @@ def _depthwise_forward(out, xp, yw, wc, bias, Wp, S, DH, DW, relu):
     if KH == 3 and KW == 3:  # the nine taps in one pass: each output written once
         _taps3x3(acc, xp, wc, bias, Wp * DH, DW, L)
     else:
-        _taps(acc, xp, wc, bias, Wp, 1, DH, DW, L)
+        _taps(acc, xp, wc, bias, Wp, DH, DW, L)
     for oh in range(OH):
         row = out[oh]
         if S == 1:
@@ -390,8 +387,8 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
     co (its ``multiplier`` filters) into dw_parts[p, co] and db_parts[p, co]. The taps' products
     over an example's wide rows (at stride 1, the gradient stuffed with zeros between a strided
     layer's positions) run on the dot micro-kernels and add up over the part's examples in order
-    in ``lanes`` (threads, multiplier * (KH * KW + 1), 2); the bias's sums against ``ones`` (at
-    least L of 1.0). A 3x3 input gradient is gathered (each input written once a filter), others
+    in ``lanes`` (threads, multiplier * (KH * KW + 1), 2); the bias's sums against ``ones`` (gw's
+    length of 1.0). A 3x3 input gradient is gathered (each input written once a filter), others
     scattered. xpad, dpad: (threads, Hp * Wp), the padded input and its gradient; gw: (threads,
     at least L + 2 * margin and Hp * Wp + margin)."""
     P = dw_parts.shape[0]
@@ -427,11 +424,8 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
             co = ci * cog + k
             base = k * (R + 1)
             _stuffed_plane(gs, g[n, co], Wp, SW)
-            if ones.shape[0] >= L:
-                dot_rows(flat, (base + R) * W2 + 1, W2, ge, M, L, 1, ones, 0, L, 1, L)
-                acc[base + R] += flat[(base + R) * W2 + 1]
-            else:
-                acc[base + R] += _dot8(gs, gs, False)
+            dot_rows(flat, (base + R) * W2 + 1, W2, ge, M, L, 1, ones, 0, L, 1, L)
+            acc[base + R] += flat[(base + R) * W2 + 1]
             if need_dw:  # the KW taps of a kernel row: KW rows of xp, DW apart, against gs
                 for kh in range(KH):
                     dot_rows(flat, (base + kh * KW) * W2 + 1, W2, xp, kh * RS, DW, KW, ge, M, L, 1, L)
@@ -458,39 +452,6 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
         for r in range(R):
             dw_parts[p, ci * cog + k, r] = acc[k * (R + 1) + r]
         db_parts[p, ci * cog + k] = acc[k * (R + 1) + R]
-
-
-@kernel(fastmath=False)
-def _dot8(a, b, product):
-    """The sum of a[j] * b[j] (``product``) or of a[j] in eight interleaved sums (element j into
-    sum j % 8), added as a fixed tree, then the last len % 8 terms in order."""
-    n = a.shape[0]
-    m = n // 8 * 8
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
-    if product:
-        for j in range(0, m, 8):
-            s0 += a[j] * b[j]
-            s1 += a[j + 1] * b[j + 1]
-            s2 += a[j + 2] * b[j + 2]
-            s3 += a[j + 3] * b[j + 3]
-            s4 += a[j + 4] * b[j + 4]
-            s5 += a[j + 5] * b[j + 5]
-            s6 += a[j + 6] * b[j + 6]
-            s7 += a[j + 7] * b[j + 7]
-    else:
-        for j in range(0, m, 8):
-            s0 += a[j]
-            s1 += a[j + 1]
-            s2 += a[j + 2]
-            s3 += a[j + 3]
-            s4 += a[j + 4]
-            s5 += a[j + 5]
-            s6 += a[j + 6]
-            s7 += a[j + 7]
-    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    for j in range(m, n):
-        s += a[j] * b[j] if product else a[j]
-    return s
 
 
 @kernel(fastmath=False)
