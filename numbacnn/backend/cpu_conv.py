@@ -158,9 +158,8 @@ class GroupedPlan(CpuConvPlan):
         length = (oh - 1) * s * wp + (ow - 1) * s + 1  # the stride-1 wide rows the outputs lie on
         return hp * wp, max(length + 2 * margin, hp * wp + margin)
 
-    def _workspaces(self, ws: Workspace, x_shape: tuple[int, ...], y_shape: tuple[int, ...]
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        wide = self._wide(x_shape, y_shape)
+    def _workspaces(self, ws: Workspace, wide: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+        """xpad and yw (the kernels' padded planes and wide rows), (threads, 1) when unread."""
         if wide is None:
             return ws.buf("xpad", (self.slots, 1)), ws.buf("yw", (self.slots, 1))
         return ws.buf("xpad", (self.slots, wide[0])), ws.buf("yw", (self.slots, wide[1]))
@@ -170,8 +169,9 @@ class GroupedPlan(CpuConvPlan):
         ws["x"] = x
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
-        launch(K.conv2d_forward_grouped, y, *self._workspaces(ws, x.shape, y.shape), x, weight, bias,
-               *g.stride, *g.dilation, *g.padding, g.groups, relu)
+        xpad, yw = self._workspaces(ws, self._wide(x.shape, y.shape))
+        launch(K.conv2d_forward_grouped, y, xpad, yw, x, weight, bias, *g.stride, *g.dilation, *g.padding,
+               g.groups, relu)
         return y
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
@@ -186,7 +186,7 @@ class GroupedPlan(CpuConvPlan):
         if ones is None or ones.shape != (1 if wide is None else wide[1],):
             ones = ws.buf("ones", (1 if wide is None else wide[1],))
             ones[:] = 1.0
-        xpad, gw = self._workspaces(ws, x.shape, y.shape)
+        xpad, gw = self._workspaces(ws, wide)
         launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, xpad, dpad, gw, ones, dy,
                x, weight, y, *g.stride, *g.dilation,
                *g.padding, g.groups, need_dx, need_dw, relu)

@@ -254,11 +254,7 @@ class Conv2D(Layer):
 
     @classmethod
     def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
-        if len(shape) != 3:
-            raise ValueError("conv after flatten/dense")
-        k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
-        if adapt:
-            k, s, p = _adapt_window(shape, k, s, p)
+        k, s, p = _window(args, shape, adapt, "conv")
         return [cls(shape[0], args["filters"], k, stride=s, padding=p, bias=args["bias"],
                     groups=args["groups"], dilation=args["dilation"])]
 
@@ -317,11 +313,7 @@ class DepthwiseConv2D(Conv2D):
 
     @classmethod
     def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
-        if len(shape) != 3:
-            raise ValueError("dwconv after flatten/dense")
-        k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
-        if adapt:
-            k, s, p = _adapt_window(shape, k, s, p)
+        k, s, p = _window(args, shape, adapt, "dwconv")
         return [cls(shape[0], k, args["multiplier"], stride=s, padding=p, bias=args["bias"],
                     dilation=args["dilation"])]
 
@@ -350,6 +342,15 @@ def _padding(padding: Any, k: tuple[int, int], s: tuple[int, int], d: tuple[int,
         return (t, left), (b, r)
     pad = _pair(padding, "padding", label, 0)
     return pad, pad
+
+
+def _window(args: dict[str, Any], shape: Shape, adapt: bool, token: str) -> tuple[Any, Any, Any]:
+    """A spec's (kernel, stride, padding) for a convolution on per-example ``shape``, fitted to it
+    when ``adapt`` (_adapt_window)."""
+    if len(shape) != 3:
+        raise ValueError(f"{token} after flatten/dense")
+    k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
+    return _adapt_window(shape, k, s, p) if adapt else (k, s, p)
 
 
 def _as_pair(v: Any) -> tuple[int, int]:

@@ -159,7 +159,6 @@ def conv2d_forward_grouped_block(i, y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL
         _pad_plane(xpad[t], x[n, c], Wp, PT, PL)
         _depthwise_forward(y[n, co], xpad[t], yw[t], w[co, 0], b[co], Wp, SW, DH, DW, relu)
         return
-    Co, OH, OW = y.shape[1], y.shape[2], y.shape[3]
     H, W = x.shape[2], x.shape[3]
     cig, KH, KW = w.shape[1], w.shape[2], w.shape[3]
     n, co = i // Co, i % Co

@@ -4,6 +4,7 @@ the same arguments and meanings, the weight gradient written whole (no parts).""
 from numba import cuda
 
 from ._launch import grid, unravel4, zero_fill
+from .conv2d_gather import bias_gradient
 
 
 @cuda.jit
@@ -88,20 +89,6 @@ def _dw(dw, g, x, SH, SW, DH, DW, PT, PL, groups):
     dw[co, c, ky, kx] = s
 
 
-@cuda.jit
-def _db(db, g):
-    N, Co, OH, OW = g.shape
-    co = cuda.grid(1)
-    if co >= Co:
-        return
-    s = 0.0
-    for n in range(N):
-        for oy in range(OH):
-            for ox in range(OW):
-                s += g[n, co, oy, ox]
-    db[co] = s
-
-
 def conv2d_forward_grouped(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     """As the CPU kernel of the same name."""
     _forward[grid(y.size)](y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
@@ -121,4 +108,4 @@ def conv2d_backward_grouped(dx, dw, db, g, dy, x, w, y, SH, SW, DH, DW, PT, PL, 
         _dw[grid(dw.size)](dw, src, x, SH, SW, DH, DW, PT, PL, groups)
     else:
         zero_fill(dw)
-    _db[grid(db.size)](db, src)
+    bias_gradient[grid(db.size)](db, src)
