@@ -219,7 +219,7 @@ def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_cl
     if not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
         raise ArchitectureError(f"need at least 2 classes, got {n_classes!r}")
     layers, shape = _build(specs, tuple(int(s) for s in input_shape), adapt)
-    if len(shape) == 3:
+    if len(shape) > 1:  # images or series left: flattened for the classifier
         layers.append(Flatten())
         shape = layers[-1].output_shape(shape)
     layers.append(Dense(shape[0], int(n_classes)))

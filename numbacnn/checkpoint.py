@@ -184,7 +184,7 @@ _META: dict[str, Any] = {
     "format": _opt_str, "version": _is_int, "architecture": _opt_str,
     "layers": lambda v: isinstance(v, list) and all(
         isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], dict) for e in v),
-    "input_shape": lambda v: v is None or (isinstance(v, list) and len(v) == 3
+    "input_shape": lambda v: v is None or (isinstance(v, list) and len(v) in (2, 3)
                                            and all(_is_int(d, 1) for d in v)),
     "classes": lambda v: v is None or (isinstance(v, list) and all(isinstance(c, str) for c in v)),
     "dropout_rng": lambda v: isinstance(v, list),

@@ -39,7 +39,8 @@ class Graph:
     ``node``, ``param`` and ``chain``. Tensors are named after the layer's place ("h3",
     "h2_body_0"), weights keep their ``state_dict`` names ("3.weight")."""
 
-    def __init__(self, onnx: Any, weights: dict[str, np.ndarray]) -> None:
+    def __init__(self, onnx: Any, weights: dict[str, np.ndarray], spatial: int = 2) -> None:
+        self.spatial = spatial  # the input's axes after (N, C): 2 for images, 1 for series
         self._make_node = onnx.helper.make_node
         self._from_array = onnx.numpy_helper.from_array
         self.weights = weights
@@ -80,9 +81,10 @@ class Graph:
         return x
 
 
-def _network_nodes(net: Sequential, x: str, onnx: Any) -> tuple[list, list, str]:
-    """ONNX nodes and initializers computing net on tensor ``x``; returns (nodes, inits, output)."""
-    graph = Graph(onnx, net.state_dict())
+def _network_nodes(net: Sequential, x: str, onnx: Any, spatial: int) -> tuple[list, list, str]:
+    """ONNX nodes and initializers computing net on tensor ``x`` (``spatial`` axes after (N, C));
+    returns (nodes, inits, output)."""
+    graph = Graph(onnx, net.state_dict(), spatial)
     out = graph.chain(net.layers, "", x)
     return graph.nodes, graph.inits, out
 
@@ -99,14 +101,13 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
         if shape is None:
             raise ValueError("the network does not know its input shape: run it on a batch first "
                              "(net.forward(x)), or pass input_shape=(C, H, W)")
-        if len(shape) != 3:
-            raise ValueError(f"input_shape must be (C, H, W), got {tuple(shape)}")
-        c, hh, ww = shape
+        if len(shape) not in (2, 3):
+            raise ValueError(f"input_shape must be (C, H, W) or, for series, (C, L), got {tuple(shape)}")
         k = model.output_shape(shape)[0]  # a ValueError naming the layer if the shape does not fit
-        nodes, inits, out = _network_nodes(model, "input", onnx)
+        nodes, inits, out = _network_nodes(model, "input", onnx, len(shape) - 1)
         nodes.append(h.make_node("Identity", [out], ["logits"], name="output"))
         graph = h.make_graph(nodes, "numbacnn",
-                             [h.make_tensor_value_info("input", T.FLOAT, ["N", c, hh, ww])],
+                             [h.make_tensor_value_info("input", T.FLOAT, ["N", *shape])],
                              [h.make_tensor_value_info("logits", T.FLOAT, ["N", k])], inits)
         meta: dict[str, str] = {"architecture": str(model.architecture)}
         if model.classes:
@@ -130,7 +131,7 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
         nodes += [h.make_node("Sub", ["nchw" if last else "rows_as_images", "x_mean"], ["centred"],
                               name="centre"),
                   h.make_node("Mul", ["centred", "x_inv_scale"], ["images"], name="scale")]
-        more, more_inits, out = _network_nodes(net, "images", onnx)
+        more, more_inits, out = _network_nodes(net, "images", onnx, len(shape) - 1)
         nodes += more + [h.make_node("Softmax", [out], ["probabilities"], name="softmax", axis=1)]
         graph = h.make_graph(nodes, "numbacnn_classifier",
                              [h.make_tensor_value_info("X", T.FLOAT, ["N", int(np.prod(shape))])],

@@ -86,9 +86,9 @@ def summarize(net: Any, input_shape: Shape | None = None, batch_size: int = 64,
     network and add up what it holds: parameters, gradients, the optimizer's state, and every
     layer's activations, caches and workspaces."""
     shape = tuple(int(s) for s in (input_shape or net.input_shape or ()))
-    if len(shape) != 3:
+    if len(shape) not in (2, 3):
         raise ValueError("the network does not know its input shape: run it on a batch first, or "
-                         "pass input_shape=(C, H, W)")
+                         "pass input_shape=(C, H, W) (series: (C, L))")
     rows: list[Row] = []
     _rows(net.layers, shape, "", 0, rows)
     buffers = sum(int(np.size(v)) for v in net._buffer_views().values())

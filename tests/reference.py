@@ -105,6 +105,82 @@ def conv2d_grouped_backward(dout, x, w, stride, pads, groups, dilation):
     return dxp[:, :, t:t + H, left:left + W], dw, dout.sum(axis=(0, 2, 3))
 
 
+def conv1d_forward(x, w, b, stride, pads, groups, dilation):
+    """1-D convolution of series x (N, C, L) with w (Co, C / groups, K), zero padding pads = (left,
+    right), as torch.nn.Conv1d: output t of channel co sums its group's channels at
+    t * stride + k * dilation of the padded series."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    xp = np.pad(x, ((0, 0), (0, 0), pads))
+    N, C, Lp = xp.shape
+    Co, cig, K = w.shape
+    cog = Co // groups
+    OL = (Lp - (K - 1) * dilation - 1) // stride + 1
+    out = np.zeros((N, Co, OL))
+    for co in range(Co):
+        gi = co // cog
+        for t in range(OL):
+            taps = t * stride + dilation * np.arange(K)
+            out[:, co, t] = np.einsum("nck,ck->n", xp[:, gi * cig:(gi + 1) * cig][:, :, taps], w[co])
+    return out + np.asarray(b, np.float64).reshape(1, -1, 1)
+
+
+def conv1d_backward(dout, x, w, stride, pads, groups, dilation):
+    """(dx, dw, db) of conv1d_forward: each output's gradient scattered to the inputs it read."""
+    x, w, dout = (np.asarray(a, np.float64) for a in (x, w, dout))
+    xp = np.pad(x, ((0, 0), (0, 0), pads))
+    Co, cig, K = w.shape
+    cog = Co // groups
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    for co in range(Co):
+        cs = slice(co // cog * cig, (co // cog + 1) * cig)
+        for t in range(dout.shape[2]):
+            g = dout[:, co, t]  # (N,)
+            for k in range(K):
+                i = t * stride + k * dilation
+                dw[co, :, k] += g @ xp[:, cs, i]
+                dxp[:, cs, i] += np.outer(g, w[co, :, k])
+    return dxp[:, :, pads[0]:pads[0] + x.shape[2]], dw, dout.sum(axis=(0, 2))
+
+
+def pool1d_forward(x, K, S, P, op):
+    """op ("max" or "avg", zero padding counted in the mean; max pads with -inf) over windows of K
+    at stride S of series x (N, C, L) padded by P each side; max also returns each window's first
+    maximum as an index into the unpadded series."""
+    x = np.asarray(x, np.float64)
+    L = x.shape[2]
+    OL = (L + 2 * P - K) // S + 1
+    out = np.zeros(x.shape[:2] + (OL,))
+    arg = np.zeros(x.shape[:2] + (OL,), np.int64)
+    for t in range(OL):
+        idx = [i for i in range(t * S - P, t * S - P + K) if 0 <= i < L]
+        win = x[:, :, idx]
+        if op == "max":
+            j = win.argmax(axis=2)
+            out[:, :, t] = np.take_along_axis(win, j[..., None], 2)[..., 0]
+            arg[:, :, t] = np.asarray(idx)[j]
+        else:
+            out[:, :, t] = win.sum(axis=2) / K
+    return out, arg
+
+
+def pool1d_backward(dout, x, K, S, P, op):
+    """dx of pool1d_forward: a window's gradient to its first maximum, or spread over it / K."""
+    dout = np.asarray(dout, np.float64)
+    L = x.shape[2]
+    dx = np.zeros(np.shape(x))
+    _, arg = pool1d_forward(x, K, S, P, op)
+    for t in range(dout.shape[2]):
+        if op == "max":
+            for n in range(dx.shape[0]):
+                for c in range(dx.shape[1]):
+                    dx[n, c, arg[n, c, t]] += dout[n, c, t]
+        else:
+            for i in range(t * S - P, t * S - P + K):
+                if 0 <= i < L:
+                    dx[:, :, i] += dout[:, :, t] / K
+    return dx
+
+
 def gate(x, kind):
     """relu6, sigmoid, silu, hardsigmoid, hardswish in float64 (torch's definitions)."""
     x = np.asarray(x, np.float64)
@@ -363,6 +439,14 @@ def _layer_forward(spec, h, p):
         return conv2d_grouped_forward(h, p[0], p[1], *spec[1:])
     if kind == "gate":  # ("gate", kind)
         return gate(h, spec[1])
+    if kind == "conv1d":  # ("conv1d", stride, (left, right), groups, dilation)
+        return conv1d_forward(h, p[0], p[1], *spec[1:])
+    if kind in ("maxpool1d", "avgpool1d"):  # (kind, K, S, P)
+        return pool1d_forward(h, *spec[1:], kind[:3])[0]
+    if kind == "gap1d":
+        return h.mean(axis=2)
+    if kind == "gmp1d":
+        return h.max(axis=2)
     if kind == "dense":
         return dense_forward(h, *p)
     if kind == "relu":
@@ -395,7 +479,7 @@ def _layer_forward(spec, h, p):
 def _layer_params(spec, it):
     if spec[0] == "res":
         return it
-    return (next(it), next(it)) if spec[0] in ("conv", "gconv", "dense", "bn") else ()
+    return (next(it), next(it)) if spec[0] in ("conv", "gconv", "conv1d", "dense", "bn") else ()
 
 
 def network_loss(layers_spec, params, x, y, smoothing=0.0):
@@ -403,6 +487,8 @@ def network_loss(layers_spec, params, x, y, smoothing=0.0):
     K, S, P) / ("avgpool", K, S, P) / ("flatten",) / ("dense",) / ("tanh",) / ("gelu", approximate) /
     ("bn", eps) (training
     mode) / ("gconv", stride, (top, bottom, left, right), groups, dilation) / ("gate", kind)
+    / ("conv1d", stride, (left, right), groups, dilation) / ("maxpool1d" or "avgpool1d", K, S, P)
+    / ("gap1d",) / ("gmp1d",)
     / ("gap",) / ("res", body, shortcut or None) entries; params holds the weights in
     state_dict order (parameters only)."""
     h = np.asarray(x, np.float64)
@@ -434,6 +520,18 @@ def network_gradients(layers_spec, params, x, y):
             grads += [db, dw]
         elif kind == "gate":
             g = g * gate_grad(inp, spec[1])
+        elif kind == "conv1d":
+            g, dw, db = conv1d_backward(g, inp, p[0], *spec[1:])
+            grads += [db, dw]
+        elif kind in ("maxpool1d", "avgpool1d"):
+            g = pool1d_backward(g, inp, *spec[1:], kind[:3])
+        elif kind == "gap1d":
+            g = np.repeat(g[:, :, None] / inp.shape[2], inp.shape[2], axis=2)
+        elif kind == "gmp1d":
+            first = inp.argmax(axis=2)
+            dx = np.zeros_like(inp)
+            np.put_along_axis(dx, first[..., None], g[..., None], 2)
+            g = dx
         elif kind == "dense":
             g, dw, db = dense_backward(g, inp, p[0])
             grads += [db, dw]

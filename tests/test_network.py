@@ -194,6 +194,11 @@ SPECS = {
                 "conv(16,1),conv(16,1,groups=4),"
                 "hardswish,dwconv(3,dilation=2,padding=same),relu6,conv(12,(3,2),groups=4,padding=((1,0),(0,1))),"
                 "silu,conv(8,(3,2),stride=2,padding=((1,0),(0,1))),relu,dense(20),sigmoid", (3, 12, 11)),
+    # series: 1-D convolutions (same, causal and dilated, strided, grouped, depthwise), BatchNorm over
+    # (N, C, L), a residual block with a 1-D projection, the 1-D pools
+    "series": ("conv1d(32,8,padding=same),bn,relu,maxpool1d(3,stride=2,padding=1),"
+               "res(conv1d(64,5,stride=2,padding=2),bn,relu,conv1d(64,3,padding=causal,dilation=2),bn),relu,"
+               "dwconv1d(3,padding=same),avgpool1d(2),conv1d(16,3,groups=4),relu,gmp", (3, 75)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():
@@ -241,7 +246,7 @@ def test_results_identical_for_1_2_3_and_16_threads():
     for line in r.stdout.splitlines():
         *name, threads, digest = line.split()
         hashes.setdefault(" ".join(name), {})[threads] = digest
-    assert len(hashes) == 9
+    assert len(hashes) == 10
     for name, by_threads in hashes.items():
         assert set(by_threads) == {"1", "2", "3", "16"}, name
         assert len(set(by_threads.values())) == 1, (name, by_threads)

@@ -283,8 +283,26 @@ class Conv2D(Layer):
                          d=self.dilation, p_end=self.padding_end)
 
 
+class Depthwise:
+    """What the depthwise layers (DepthwiseConv2D, DepthwiseConv1D) share: their config names the
+    channels and the multiplier instead of Conv2D's channel counts and groups."""
+
+    in_channels: int
+    multiplier: int
+
+    def get_config(self) -> dict[str, Any]:
+        c = super().get_config()  # type: ignore[misc]
+        for key in ("in_channels", "out_channels", "groups"):
+            c.pop(key, None)
+        return {"channels": self.in_channels, **({} if self.multiplier == 1 else
+                                                 {"multiplier": self.multiplier}), **c}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()) + ")"
+
+
 @register
-class DepthwiseConv2D(Conv2D):
+class DepthwiseConv2D(Depthwise, Conv2D):
     """A depthwise convolution, as Keras's: ``multiplier`` filters on each of the ``channels``
     input channels, ``channels * multiplier`` outputs (a Conv2D with ``groups=channels``; weight
     (channels * multiplier, 1, KH, KW), torch's layout). Spec: ``dwconv(3, stride=2, padding=1)``."""
@@ -301,15 +319,6 @@ class DepthwiseConv2D(Conv2D):
         super().__init__(channels, channels * self.multiplier, kernel_size, stride, padding, bias,
                          groups=channels, dilation=dilation)
 
-    def get_config(self) -> dict[str, Any]:
-        c = super().get_config()
-        for key in ("in_channels", "out_channels", "groups"):
-            c.pop(key, None)
-        return {"channels": self.in_channels, **({} if self.multiplier == 1 else
-                                                 {"multiplier": self.multiplier}), **c}
-
-    def __repr__(self) -> str:
-        return "DepthwiseConv2D(" + ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()) + ")"
 
     @classmethod
     def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
@@ -347,10 +356,18 @@ def _padding(padding: Any, k: tuple[int, int], s: tuple[int, int], d: tuple[int,
 def _window(args: dict[str, Any], shape: Shape, adapt: bool, token: str) -> tuple[Any, Any, Any]:
     """A spec's (kernel, stride, padding) for a convolution on per-example ``shape``, fitted to it
     when ``adapt`` (_adapt_window)."""
-    if len(shape) != 3:
-        raise ValueError(f"{token} after flatten/dense")
+    _images_only(shape, token)
     k, s, p = _as_pair(args["kernel_size"]), _as_pair(args["stride"]), args["padding"]
     return _adapt_window(shape, k, s, p) if adapt else (k, s, p)
+
+
+def _images_only(shape: Shape, token: str) -> None:
+    """The one-line error for a 2-D window layer's token on series or features."""
+    if len(shape) == 2:
+        raise ValueError(f"{token} is a 2-D layer and the input is series (C, L) = {shape}; use "
+                         f"{token}1d")
+    if len(shape) != 3:
+        raise ValueError(f"{token} after flatten/dense")
 
 
 def _as_pair(v: Any) -> tuple[int, int]:

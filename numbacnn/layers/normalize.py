@@ -18,9 +18,8 @@ class Normalize(Layer):
     buffer_names = ("mean", "std")
 
     def onnx(self, graph: Any, x: str) -> str:
-        # (x - mean) / std, the statistics shaped (C, 1, 1)
-        c = self.num_channels
-        mean, std = graph.param("mean", "std", shape=(c, 1, 1))
+        # (x - mean) / std, the statistics shaped (C, 1, 1) for images, (C, 1) for series
+        mean, std = graph.param("mean", "std", shape=(self.num_channels,) + (1,) * graph.spatial)
         centred = graph.node("Sub", [x, mean], "centre", out_suffix="_centred")
         return graph.node("Div", [centred, std], "scale")
 
@@ -32,7 +31,8 @@ class Normalize(Layer):
                 self.register_buffer("std", torch.ones(channels))
 
             def forward(self, x):
-                return (x - self.mean[:, None, None]) / self.std[:, None, None]
+                shape = (-1,) + (1,) * (x.dim() - 2)  # images or series
+                return (x - self.mean.view(shape)) / self.std.view(shape)
         return Normalize(self.num_channels)
 
     def trace_back(self, counts: np.ndarray, in_shape: Shape) -> np.ndarray:
@@ -52,15 +52,17 @@ class Normalize(Layer):
 
     @classmethod
     def fit(cls, x: np.ndarray) -> Normalize:
-        """The layer for images x (N, C, H, W): each channel's mean and standard deviation, in float64
-        (a constant channel gets std 1)."""
-        m = x.mean(axis=(0, 2, 3), dtype=np.float64)
-        sd = x.std(axis=(0, 2, 3), dtype=np.float64)
+        """The layer for images x (N, C, H, W) or series (N, C, L): each channel's mean and
+        standard deviation, in float64 (a constant channel gets std 1)."""
+        axes = (0, *range(2, x.ndim))  # images (N, C, H, W) or series (N, C, L)
+        m = x.mean(axis=axes, dtype=np.float64)
+        sd = x.std(axis=axes, dtype=np.float64)
         return cls(m, np.where(sd > 0, sd, 1.0))
 
     def output_shape(self, in_shape: Shape) -> Shape:
-        if len(in_shape) != 3 or in_shape[0] != self.num_channels:
-            raise ValueError(f"{self._label()}: expected input of shape (N, {self.num_channels}, H, W), "
+        if len(in_shape) not in (2, 3) or in_shape[0] != self.num_channels:
+            raise ValueError(f"{self._label()}: expected input of shape (N, {self.num_channels}, H, W) or "
+                             f"(N, {self.num_channels}, L), "
                              f"got (N, {', '.join(map(str, in_shape))})")
         return in_shape
 

@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 
 from ..backend.base import conv_out
-from .base import Builder, Layer, Shape, _compact, _pair, receptive, register
-from .conv import _as_pair, pads
+from .base import TOKENS, Builder, Layer, Shape, _compact, _pair, receptive, register
+from .conv import _as_pair, _images_only, pads
 
 
 class _Pool2D(Layer):
@@ -51,8 +51,7 @@ class _Pool2D(Layer):
 
     @classmethod
     def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
-        if len(shape) != 3:
-            raise ValueError(f"{cls.token} after flatten/dense")
+        _images_only(shape, cls.token or "")
         k = _as_pair(args["kernel_size"])
         s = k if args["stride"] is None else _as_pair(args["stride"])
         p = _as_pair(args["padding"])
@@ -168,6 +167,8 @@ class GlobalAvgPool2D(Layer):
 
     @classmethod
     def from_spec(cls, args: dict[str, Any], shape: Shape, adapt: bool, build: Builder) -> list[Layer]:
+        if len(shape) == 2:  # series (C, L): the 1-D layer (layers/pool1d.py)
+            return TOKENS["gap1d"].from_spec(args, shape, adapt, build)
         if len(shape) != 3:
             raise ValueError("gap after flatten/dense")
         return [cls()]

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from .base import Builder, Layer, Shape, layer_from_config, register
-from .batchnorm import BatchNorm2D
+from .batchnorm import BatchNorm1D, BatchNorm2D
 from .conv import Conv2D
+from .conv1d import Conv1D
 
 
 @register
@@ -33,16 +34,18 @@ class Residual(Layer):
         body, out = build(args["body"], shape)
         if out == shape:
             return [cls(body)]
-        if len(out) != 3 or len(shape) != 3:
+        if len(out) != len(shape) or len(shape) not in (2, 3):
             raise ValueError(f"the residual block maps {shape} to {out}: no projection shortcut for "
                              f"that (keep the body convolutional)")
         stride = []
-        for ax in (1, 2):
+        for ax in range(1, len(shape)):
             s = -(-shape[ax] // out[ax])
             if (shape[ax] - 1) // s + 1 != out[ax]:
                 raise ValueError(f"the residual block maps {shape} to {out}: no 1x1 strided "
                                  f"projection gives that shape")
             stride.append(s)
+        if len(shape) == 2:  # series: a strided 1-D projection
+            return [cls(body, [Conv1D(shape[0], out[0], 1, stride=stride[0]), BatchNorm1D(out[0])])]
         return [cls(body, [Conv2D(shape[0], out[0], 1, stride=(stride[0], stride[1])), BatchNorm2D(out[0])])]
 
     def onnx(self, graph: Any, x: str) -> str:
