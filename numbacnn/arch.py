@@ -92,12 +92,28 @@ PRESETS["mobilenetv1-025"] = ",".join([
 PRESETS["dscnn"] = ",".join([
     "conv(64,(10,4),stride=2,padding=((4,5),(1,1)),bias=False),bn,relu,dropout(0.2)",
     *_separable(((64, 1),) * 4), "dropout(0.4),gap"])
+# Series (C, L). Wang et al. 2017's fully convolutional network (FCN) and ResNet for time series
+# classification: 1-D convolutions of kernels 8, 5, 3 with BatchNorm and ReLU, global pooling
+PRESETS["fcn"] = ("conv1d(128,8,padding=same),bn,relu,conv1d(256,5,padding=same),bn,relu,"
+                  "conv1d(128,3,padding=same),bn,relu,gap")
+PRESETS["resnet1d"] = ",".join(
+    f"res(conv1d({c},8,padding=same),bn,relu,conv1d({c},5,padding=same),bn,relu,conv1d({c},3,padding=same),bn),relu"
+    for c in (64, 128, 128)) + ",gap"
+# MNIST-1D's CNN (Greydanus 2020): three strided convolutions of 25 channels, a dense classifier
+PRESETS["mnist1dcnn"] = ("conv1d(25,5,stride=2,padding=1),relu,conv1d(25,3,stride=2,padding=1),relu,"
+                         "conv1d(25,3,stride=2,padding=1),relu")
+# the default for series ("auto"): FCN's three blocks at half FCN's widths
+PRESETS["series"] = ("conv1d(64,8,padding=same),bn,relu,conv1d(128,5,padding=same),bn,relu,"
+                     "conv1d(64,3,padding=same),bn,relu,gap")
 DEFAULT_ARCH = "auto"
 
 
 def resolve_preset(spec: str, input_shape: tuple[int, ...]) -> str:
-    """"auto" -> "compact" for images up to 16x16, else "modern"; other specs unchanged."""
+    """"auto" -> "series" for series (C, L), "compact" for images up to 16x16, else "modern";
+    other specs unchanged."""
     if isinstance(spec, str) and spec.strip().lower() == "auto":
+        if len(input_shape) == 2:
+            return "series"
         return "compact" if max(input_shape[1:]) <= 16 else "modern"
     return spec
 

@@ -89,6 +89,12 @@ def _size(text: str) -> tuple[int, int]:
     return (dims[0], dims[-1])
 
 
+def _series_length(text: str) -> int | str:
+    if text.strip().lower() == "max":
+        return "max"
+    return _number(int, 1, False, MAX_COUNT)(text)
+
+
 def _augment(text: str) -> str:
     try:
         moves = Augment.parse(text)
@@ -102,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=SUBCOMMANDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = p.add_argument_group("data")
     d.add_argument("--data", help="IDX directory or images file, .npz, .csv, an image folder (one "
-                   "sub-folder of pictures per class, optionally under train/ and test/) or CIFAR-10's "
-                   "cifar-10-batches-py/ (default: scikit-learn digits, embedded)")
+                   "sub-folder of pictures per class, optionally under train/ and test/), CIFAR-10's "
+                   "cifar-10-batches-py/ or a .ts series file (X_TEST.ts read beside X_TRAIN.ts) "
+                   "(default: scikit-learn digits, embedded)")
     d.add_argument("--labels", help="IDX labels file for an IDX images file given with --data")
     d.add_argument("--image-size", type=_size, default=None, metavar="H[,W]",
                    help="image folders: resize every picture to H x W (default: the most common size)")
@@ -112,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="image folders: where the decoded pictures are cached (default: beside the "
                    "folder, as FOLDER.numbacnn-cache.npz)")
+    d.add_argument("--series", action="store_true",
+                   help=".npz / .csv: the file holds series (N, L) or (N, C, L), not images")
+    d.add_argument("--series-length", type=_series_length, default=None, metavar="N|max",
+                   help="series of unequal lengths: pad (zeros at the end) or truncate every one to N, "
+                   "or to the longest training series")
+    d.add_argument("--fill-missing", type=_number(float, float("-inf"), True), default=None, metavar="VALUE",
+                   help=".ts series: the value put where a value is missing ('?'); without it, an error")
     d.add_argument("--test-size", type=_number(float, 0, True, 1, True), default=0.2,
                    help="held-out test fraction when the data has no test split (default 0.2)")
     d.add_argument("--val-size", type=_number(float, 0, False, 1, True), default=0.0,

@@ -51,7 +51,9 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
         channels = channels or shape[0]
     ds = load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed,
                       image_size=size if folder else None, channels=channels if folder else None,
-                      cache_dir=getattr(args, "cache_dir", None), progress=progress)
+                      cache_dir=getattr(args, "cache_dir", None), progress=progress,
+                      series=getattr(args, "series", False), series_length=getattr(args, "series_length", None),
+                      fill_missing=getattr(args, "fill_missing", None))
     if ds.skipped:
         shown = "; ".join(f"{p} ({why})" for p, why in ds.skipped[:3])
         more = f" and {len(ds.skipped) - 3} more" if len(ds.skipped) > 3 else ""
@@ -64,6 +66,8 @@ def recipe_name(ds: Dataset) -> str:
     """The recipe for flags left unset: "digits" (the embedded set), "images" (above 16x16), "other"."""
     if ds.name == "digits":
         return "digits"
+    if ds.is_series:
+        return "series"
     shape = ds.input_shape
     return "images" if len(shape) == 3 and max(shape[1:]) > 16 and min(shape[1:]) >= 8 else "other"
 
@@ -194,9 +198,9 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
         opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
     else:
-        # colour images: each channel standardised with the training part's statistics, inside
+        # colour images and series: each channel standardised with the training part's statistics, inside
         # the network (so prediction, evaluation and ONNX apply them too)
-        norm = Normalize.fit(x_tr) if ds.input_shape[0] == 3 else None
+        norm = Normalize.fit(x_tr) if ds.input_shape[0] == 3 or ds.is_series else None
         net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed, normalize=norm).to(args.device)
         net.classes = ds.classes
         opt = _new_optimizer(args, opt_name, net, recipe)

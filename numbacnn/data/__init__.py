@@ -1,8 +1,10 @@
 """Datasets: scikit-learn digits, MNIST-like IDX / npz / csv files, image folders (``folders.py``),
-CIFAR-10 (``cifar.py``), and splits.
+CIFAR-10 (``cifar.py``), ``.ts`` series (``series.py``), and splits. ``load_dataset`` asks the
+format registry (``FORMATS``, filled by ``register_format``) which loader reads a path.
 
-Every loader returns float32 images (N, C, H, W) scaled to [0, 1] and int64 labels (and the class
-names when the data has them), and raises ``DataError`` naming the file and the problem.
+Every loader returns float32 images (N, C, H, W) scaled to [0, 1] or float32 series (N, C, L), and
+int64 labels (and the class names when the data has them) or float32 regression targets, and
+raises ``DataError`` naming the file and the problem.
 ``python -m numbacnn.data download`` fetches MNIST, Fashion-MNIST, KMNIST and CIFAR-10.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +22,7 @@ import numpy as np
 
 from .._files import is_npz, looks_like
 from .error import DataError
+from .series import as_series
 
 MAX_LABEL = 255  # MNIST-like labels are small non-negative integers (IDX stores them as bytes)
 
@@ -32,15 +36,23 @@ class Dataset:
     y_test: np.ndarray
     classes: list[str] | None = None  # class names by label, when the data has them
     skipped: list[tuple[str, str]] = field(default_factory=list)  # unreadable pictures: (path, why)
+    task: str = "classify"  # or "regress": y holds float32 targets
 
     @property
     def n_classes(self) -> int:
+        if self.task == "regress":
+            return 0
         seen = int(max(self.y_train.max(), self.y_test.max())) + 1
         return max(seen, len(self.classes or ()))
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        return tuple(int(s) for s in self.x_train.shape[1:])  # type: ignore[return-value]
+    def input_shape(self) -> tuple[int, ...]:
+        """(C, H, W) for images, (C, L) for series."""
+        return tuple(int(s) for s in self.x_train.shape[1:])
+
+    @property
+    def is_series(self) -> bool:
+        return self.x_train.ndim == 3
 
 
 # --- validation helpers ----------------------------------------------------------------------------
@@ -184,9 +196,11 @@ def load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.n
     return _load_npz(path)[:4]  # type: ignore[return-value]
 
 
-def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
-                                  list[str] | None]:
-    """x_train, y_train, x_test, y_test and the optional ``classes`` (strings, one per label)."""
+def _load_npz(path: str, series: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                                        np.ndarray | None, list[str] | None]:
+    """x_train, y_train, x_test, y_test and the optional ``classes`` (strings, one per label).
+    Images, or series (N, L) / (N, C, L) when ``series`` or when the file's ``layout`` array
+    holds the string "series"."""
     classes = None
     if not is_npz(path):
         raise DataError(f"{path}: not an .npz file (expected a zip of arrays x_train, y_train[, x_test, "
@@ -201,6 +215,12 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.
                 raise DataError(f"{path}: corrupt .npz file (member {bad} fails its CRC check)")
             if "classes" in keys:
                 classes = _class_names(z["classes"], f"{path}[classes]")
+            if "layout" in keys:
+                layout = z["layout"]
+                if layout.shape != () or layout.dtype.kind not in "US" or str(layout) not in (
+                        "images", "series"):
+                    raise DataError(f"{path}[layout]: must be the string 'images' or 'series'")
+                series = series or str(layout) == "series"
             if {"x_train", "y_train"} <= keys:
                 xtr, ytr = z["x_train"], z["y_train"]
                 xte = z["x_test"] if "x_test" in keys else None
@@ -216,12 +236,13 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.
         raise DataError(f"{path}: not a readable .npz file ({e})") from None
     except Exception as e:  # zipfile.BadZipFile and friends from a corrupt archive
         raise DataError(f"{path}: corrupt .npz file ({type(e).__name__}: {e})") from None
-    xtr = as_images(xtr, f"{path}[x_train]")
+    check = as_series if series else as_images
+    xtr = check(xtr, f"{path}[x_train]")
     ytr = as_labels(ytr, len(xtr), f"{path}[y_train]")
     if (xte is None) != (yte is None):
         raise DataError(f"{path}: has only one of x_test / y_test")
     if xte is not None and yte is not None:
-        xte = as_images(xte, f"{path}[x_test]")
+        xte = check(xte, f"{path}[x_test]")
         yte = as_labels(yte, len(xte), f"{path}[y_test]")
         if xte.shape[1:] != xtr.shape[1:]:
             raise DataError(f"{path}: train images are {xtr.shape[1:]} but test images are "
@@ -258,8 +279,9 @@ def read_classes_txt(directory: str) -> list[str] | None:
     return _class_names(np.array(names), path) if names else None
 
 
-def load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """Label in the first column, one pixel per column (a square number of them), header optional."""
+def load_csv(path: str, series: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Label in the first column, one pixel per column (a square number of them), header optional;
+    with ``series``, one value of a univariate series per column."""
     raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
@@ -288,6 +310,9 @@ def load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
         except ValueError:
             bad = next(c for c in cells if not _is_number(c))
             raise DataError(f"{path}: line {i + start + 1}: non-numeric cell {bad.strip()[:20]!r}") from None
+    if series:
+        x = as_series(data[:, 1:], path)
+        return x, as_labels(data[:, 0], len(x), path)
     n_pix = width - 1
     side = int(round(np.sqrt(n_pix)))
     if n_pix < 1 or side * side != n_pix:
@@ -362,79 +387,240 @@ def stratified_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
     return x[train], x[test], y[train], y[test]
 
 
+@dataclass(frozen=True)
+class Options:
+    """What a loader may be asked for besides the path: an IDX images file's ``labels`` file;
+    image folders' ``image_size``, ``channels``, ``cache_dir`` and ``progress``; ``series``
+    (an .npz or .csv file holds series, not images); series' ``series_length`` (pad or truncate
+    to it, or "max") and ``fill_missing`` (the value put for a missing one)."""
+
+    labels: str | None = None
+    image_size: tuple[int, int] | None = None
+    channels: int | None = None
+    cache_dir: str | None = None
+    progress: bool = False
+    series: bool = False
+    series_length: int | str | None = None
+    fill_missing: float | None = None
+
+    def given(self) -> set[str]:
+        return {k for k, v in self.__dict__.items() if v not in (None, False) and k != "progress"}
+
+
+@dataclass
+class Loaded:
+    """What a format's loader returns: training data, the test split when the data has one, class
+    names, skipped files, and the task ("classify", or "regress": float32 targets in y)."""
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    classes: list[str] | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    task: str = "classify"
+
+
+@dataclass(frozen=True)
+class Format:
+    """An entry of the format registry: ``claims(path)`` says whether this format reads ``path``;
+    ``load(path, options)`` reads it; ``takes``: the options that apply to it (any other given
+    option is refused with one line)."""
+
+    name: str
+    claims: Callable[[str], bool]
+    load: Callable[[str, Options], Loaded]
+    takes: frozenset[str] = frozenset()
+
+
+FORMATS: list[Format] = []  # in the order load_dataset asks them; the first that claims a path reads it
+
+
+def register_format(name: str, claims: Callable[[str], bool], takes: tuple[str, ...] = ()
+                    ) -> Callable[[Callable[[str, Options], Loaded]], Callable[[str, Options], Loaded]]:
+    """Decorator: add a loader to the registry (after the ones before it)."""
+    def add(load: Callable[[str, Options], Loaded]) -> Callable[[str, Options], Loaded]:
+        FORMATS.append(Format(name, claims, load, frozenset(takes)))
+        return load
+    return add
+
+
+_OPTION_FLAGS = {"labels": "--labels", "image_size": "--image-size", "channels": "--channels",
+                 "cache_dir": "--cache-dir", "series": "--series", "series_length": "--series-length",
+                 "fill_missing": "--fill-missing"}
+
+
 def load_dataset(path: str | None = None, labels: str | None = None, test_size: float = 0.2,
                  seed: int = 0, image_size: int | tuple[int, int] | None = None,
                  channels: int | None = None, cache_dir: str | None = None,
-                 progress: bool = False) -> Dataset:
+                 progress: bool = False, series: bool = False, series_length: int | str | None = None,
+                 fill_missing: float | None = None) -> Dataset:
     """Load ``path`` (None: the embedded digits) and return train and test arrays.
 
-    ``path`` is a directory of MNIST IDX files, CIFAR-10's ``cifar-10-batches-py/`` (or its
-    ``.tar.gz``), an image folder (one sub-folder of pictures per class, optionally under
-    ``train/`` and ``test/``), or an IDX, ``.npz`` or ``.csv`` file. Data without a test split is
-    split with a stratified ``test_size`` hold-out seeded by ``seed``. ``image_size`` ((H, W) or
-    one side), ``channels`` (1 or 3), ``cache_dir`` and ``progress`` apply to image folders (see
-    ``numbacnn.data.folders.load_image_folder``).
+    ``path`` is read by the first format of the registry (``FORMATS``) that claims it: a directory
+    of MNIST IDX files, CIFAR-10's ``cifar-10-batches-py/`` (or its ``.tar.gz``), an image folder
+    (one sub-folder of pictures per class, optionally under ``train/`` and ``test/``), a ``.ts``
+    series file (its ``_TEST.ts`` beside a ``_TRAIN.ts``), an ``.npz`` or ``.csv`` file (of images,
+    or of series with ``series=True``), or an IDX file. Data without a test split is split with a
+    stratified ``test_size`` hold-out seeded by ``seed`` (a shuffled one for regression targets).
+    The options apply to the formats named in ``Options``; one given to another is refused.
     """
-    from . import cifar, folders
-
-    x_te = y_te = None
-    classes: list[str] | None = None
-    skipped: list[tuple[str, str]] = []
-    if (image_size is not None or channels is not None) and not (path and is_image_folder(path)):
-        raise DataError("image size and channels apply to image folders only (the data "
-                        f"{path or 'digits'} has a fixed shape)")
+    size = (image_size, image_size) if isinstance(image_size, int) else image_size
+    opts = Options(labels, size, channels, cache_dir, progress, series, series_length, fill_missing)
     if path is None or path == "digits":
-        name = "digits"
+        if opts.given():
+            raise DataError(f"{_flags(opts.given())} not apply to the embedded digits")
         x, y = load_digits_dataset()
+        got = Loaded("digits", x, y)
     elif not os.path.exists(path):
         raise DataError(f"{path}: no such file or directory")
-    elif (pairs := _idx_pairs(path)) is not None:
-        name = os.path.basename(os.path.normpath(path))
-        train, test = pairs
-        if train is not None and test is not None:
-            x, y = load_idx(*train)
-            x_te, y_te = load_idx(*test)
-        else:
-            x, y = load_idx(*(train or test))  # type: ignore[misc]  # one of them is there
-        classes = read_classes_txt(path)
-    elif cifar.is_cifar(path) or is_image_folder(path):
-        name = "cifar-10" if os.path.isfile(path) else os.path.basename(os.path.normpath(path))
-        if cifar.is_cifar(path):  # uint8 arrays from both loaders
-            x, y, x_te, y_te, classes = cifar.load_cifar10(path)
-        else:
-            size = (image_size, image_size) if isinstance(image_size, int) else image_size
-            got = folders.load_image_folder(path, size, channels, cache_dir, progress=progress)
-            x, y, x_te, y_te, classes, skipped = (got.x_train, got.y_train, got.x_test, got.y_test,
-                                                  got.classes, got.skipped)
-        x = as_images(x, path)
-        x_te = None if x_te is None else as_images(x_te, path)
-    elif os.path.isdir(path):
-        raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], ...), no CIFAR-10 "
-                        f"batches and no class folders of pictures in this directory")
     else:
-        name = os.path.basename(path)
-        low = path.lower()
-        if low.endswith(".npz"):
-            x, y, x_te, y_te, classes = _load_npz(path)
-        elif low.endswith(".csv") or low.endswith(".csv.gz"):
-            x, y = load_csv(path)
-            if labels:
-                raise DataError("--labels is only for IDX image files")
-        else:
-            seen = looks_like(path)
-            if seen not in ("an IDX file", "gzip-compressed data"):
-                raise DataError(f"{path}: not a data file numbacnn reads (expected IDX images, .npz, "
-                                f".csv, CIFAR-10 or an image folder); it looks like {seen}")
-            x, y = load_idx(path, labels or labels_beside(path))
+        fmt = next((f for f in FORMATS if f.claims(path)), None)
+        if fmt is None:
+            if os.path.isdir(path):
+                raise DataError(f"{path}: no MNIST IDX files (train-images-idx3-ubyte[.gz], ...), no "
+                                f"CIFAR-10 batches and no class folders of pictures in this directory")
+            raise DataError(f"{path}: not a data file numbacnn reads (expected "
+                            f"{', '.join(f.name for f in FORMATS)}); it looks like {looks_like(path)}")
+        extra = opts.given() - fmt.takes
+        if extra:
+            raise DataError(f"{_flags(extra)} not apply to {path} ({fmt.name})")
+        got = fmt.load(path, opts)
+    x, y, x_te, y_te = got.x, got.y, got.x_test, got.y_test
     if x_te is not None and x_te.shape[1:] != x.shape[1:]:
-        raise DataError(f"{path}: train images are {x.shape[1:]} but test images are {x_te.shape[1:]}")
+        raise DataError(f"{path}: train examples are {x.shape[1:]} but test examples are {x_te.shape[1:]}")
     if x_te is None:
-        x, x_te, y, y_te = stratified_split(x, y, test_size, seed)
-    if len(np.unique(y)) < 2:
-        raise DataError(f"{path or name}: training labels hold a single class; need at least 2")
+        if got.task == "regress":
+            x, x_te, y, y_te = shuffled_split(x, y, test_size, seed)
+        else:
+            x, x_te, y, y_te = stratified_split(x, y, test_size, seed)
+    if got.task != "regress" and len(np.unique(y)) < 2:
+        raise DataError(f"{path or got.name}: training labels hold a single class; need at least 2")
     assert y_te is not None
-    _check_classes(classes, np.concatenate([y, y_te]), str(path))
-    return Dataset(name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te, classes, skipped)
+    if got.task != "regress":
+        _check_classes(got.classes, np.concatenate([y, y_te]), str(path))
+    return Dataset(got.name, np.ascontiguousarray(x), y, np.ascontiguousarray(x_te), y_te, got.classes,
+                   got.skipped, got.task)
+
+
+def _flags(names: set[str]) -> str:
+    flags = sorted(_OPTION_FLAGS[k] for k in names)
+    return ", ".join(flags) + (" does" if len(flags) == 1 else " do")
+
+
+def shuffled_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
+    """A seeded shuffled hold-out of ``test_size`` (for regression targets, which have no classes)."""
+    if not 0.0 < test_size < 1.0:
+        raise DataError(f"test_size must be in (0, 1), got {test_size}")
+    n = len(y)
+    n_test = int(round(n * test_size))
+    if n_test < 1 or n_test >= n:
+        raise DataError(f"cannot hold out {test_size:.0%} of {n} examples: too few")
+    order = np.random.default_rng(seed).permutation(n)
+    return x[order[n_test:]], x[order[:n_test]], y[order[n_test:]], y[order[:n_test]]
+
+
+# --- the registry's entries, in the order they are asked -----------------------------------------
+@register_format("an IDX directory", lambda p: _idx_pairs(p) is not None)
+def _load_idx_directory(path: str, opts: Options) -> Loaded:
+    train, test = _idx_pairs(path)  # type: ignore[misc]  # claimed: one of them is there
+    name = os.path.basename(os.path.normpath(path))
+    if train is not None and test is not None:
+        (x, y), (x_te, y_te) = load_idx(*train), load_idx(*test)
+        return Loaded(name, x, y, x_te, y_te, read_classes_txt(path))
+    x, y = load_idx(*(train or test))  # type: ignore[misc]
+    return Loaded(name, x, y, classes=read_classes_txt(path))
+
+
+def _is_cifar(path: str) -> bool:
+    from .cifar import is_cifar
+
+    return is_cifar(path)
+
+
+@register_format("CIFAR-10", _is_cifar)
+def _load_cifar(path: str, opts: Options) -> Loaded:
+    from .cifar import load_cifar10
+
+    x, y, x_te, y_te, classes = load_cifar10(path)  # uint8 arrays
+    return Loaded("cifar-10", as_images(x, path), y, None if x_te is None else as_images(x_te, path), y_te,
+                  classes)
+
+
+@register_format("an image folder", lambda p: is_image_folder(p), ("image_size", "channels", "cache_dir"))
+def _load_folder(path: str, opts: Options) -> Loaded:
+    from .folders import load_image_folder
+
+    got = load_image_folder(path, opts.image_size, opts.channels, opts.cache_dir, progress=opts.progress)
+    x_te = None if got.x_test is None else as_images(got.x_test, path)
+    return Loaded(os.path.basename(os.path.normpath(path)), as_images(got.x_train, path), got.y_train,
+                  x_te, got.y_test, got.classes, got.skipped)
+
+
+def _suffix(*ends: str) -> Callable[[str], bool]:
+    return lambda p: os.path.isfile(p) and p.lower().endswith(ends)
+
+
+@register_format(".ts series", _suffix(".ts"), ("series_length", "fill_missing"))
+def _load_ts(path: str, opts: Options) -> Loaded:
+    from .series import fit_length, read_ts
+
+    train = read_ts(path, opts.series_length, opts.fill_missing)
+    task = "classify" if train.classes is not None else "regress"
+    test_path = _test_beside(path)
+    if test_path is None:
+        return Loaded(train.name, train.x, train.y, classes=train.classes, task=task)
+    length = train.x.shape[2]
+    test = read_ts(test_path, length if opts.series_length is not None else None, opts.fill_missing)
+    if (test.classes is None) != (train.classes is None):
+        held = "class labels" if test.classes else "targets"
+        raise DataError(f"{test_path}: holds {held}, {path} does not")
+    if test.classes is not None and train.classes is not None and test.classes != train.classes:
+        raise DataError(f"{test_path}: @classLabel lists {' '.join(test.classes)}, {path} lists "
+                        f"{' '.join(train.classes)}")
+    if test.x.shape[1:] != train.x.shape[1:]:
+        if test.x.shape[1] == train.x.shape[1] and opts.series_length is not None:
+            test.x = fit_length(test.x, length)
+        else:
+            raise DataError(f"{test_path}: series of shape {test.x.shape[1:]}, the training file's are "
+                            f"{train.x.shape[1:]} (--series-length N pads or truncates both)")
+    return Loaded(train.name, train.x, train.y, test.x, test.y, train.classes, task=task)
+
+
+def _test_beside(path: str) -> str | None:
+    """X_TEST.ts beside X_TRAIN.ts (any case of TRAIN), or None."""
+    d, name = os.path.split(path)
+    stem = name[:-3]
+    if not stem.upper().endswith("TRAIN"):
+        return None
+    for cand in (stem[:-5] + "TEST", stem[:-5] + "test", stem[:-5] + "Test"):
+        full = os.path.join(d, cand + name[-3:])
+        if os.path.isfile(full):
+            return full
+    return None
+
+
+@register_format(".npz", _suffix(".npz"), ("series",))
+def _load_npz_entry(path: str, opts: Options) -> Loaded:
+    x, y, x_te, y_te, classes = _load_npz(path, opts.series)
+    return Loaded(os.path.basename(path), x, y, x_te, y_te, classes)
+
+
+@register_format(".csv", _suffix(".csv", ".csv.gz"), ("series",))
+def _load_csv_entry(path: str, opts: Options) -> Loaded:
+    x, y = load_csv(path, series=opts.series)
+    return Loaded(os.path.basename(path), x, y)
+
+
+def _looks_idx(path: str) -> bool:
+    return os.path.isfile(path) and looks_like(path) in ("an IDX file", "gzip-compressed data")
+
+
+@register_format("IDX images", _looks_idx, ("labels",))
+def _load_idx_file(path: str, opts: Options) -> Loaded:
+    x, y = load_idx(path, opts.labels or labels_beside(path))
+    return Loaded(os.path.basename(path), x, y)
 
 
 def _idx_pairs(path: str) -> tuple[tuple[str, str] | None, tuple[str, str] | None] | None:
