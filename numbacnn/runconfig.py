@@ -30,7 +30,26 @@ RECIPES: dict[str, dict[str, Any]] = {
     # images above 16x16 (MNIST-sized and up), where "auto" picks the "modern" network: its recipe
     "images": {"epochs": 15, "batch_size": 64, "adam_lr": 4e-3, "lr_schedule": "onecycle",
                "augment": "shift:2", "label_smoothing": 0.1},
+    # series (the "series" net): a number of steps rather than epochs, as the sets run from 50 to
+    # thousands of series; batch 8 below 1,000 training series and 64 from there, AdamW's rate
+    # scaled with the batch (on GunPoint, ItalyPowerDemand, JapaneseVowels and MNIST-1D:
+    # benchmarks/series.py)
+    "series": {"steps": 6000, "batch_size": 8, "large_batch_size": 64, "large_from": 1000,
+               "adam_lr": 3e-4, "optimizer": "adamw", "weight_decay": 0.05, "lr_schedule": "cosine",
+               "label_smoothing": 0.1},
 }
+
+
+def recipe_for(ds: Dataset) -> dict[str, Any]:
+    """The recipe for ``ds``, with a series recipe's batch size, epochs and rate for its size."""
+    recipe = dict(RECIPES[recipe_name(ds)])
+    if "steps" in recipe:
+        n = len(ds.y_train)
+        if n >= recipe["large_from"]:
+            recipe["adam_lr"] *= recipe["large_batch_size"] / recipe["batch_size"]
+            recipe["batch_size"] = recipe["large_batch_size"]
+        recipe["epochs"] = max(20, -(-recipe["steps"] * recipe["batch_size"] // n))
+    return recipe
 
 
 class UsageError(Exception):
@@ -52,7 +71,8 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
     ds = load_dataset(args.data, labels=args.labels, test_size=test_size, seed=seed,
                       image_size=size if folder else None, channels=channels if folder else None,
                       cache_dir=getattr(args, "cache_dir", None), progress=progress,
-                      series=getattr(args, "series", False), series_length=getattr(args, "series_length", None),
+                      series=getattr(args, "series", False),
+                      series_length=getattr(args, "series_length", None),
                       fill_missing=getattr(args, "fill_missing", None))
     if ds.skipped:
         shown = "; ".join(f"{p} ({why})" for p, why in ds.skipped[:3])
@@ -63,7 +83,8 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
 
 
 def recipe_name(ds: Dataset) -> str:
-    """The recipe for flags left unset: "digits" (the embedded set), "images" (above 16x16), "other"."""
+    """The recipe for flags left unset: "digits" (the embedded set), "series", "images" (above
+    16x16), "other"."""
     if ds.name == "digits":
         return "digits"
     if ds.is_series:
@@ -157,6 +178,8 @@ def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tupl
 def _new_optimizer(args: Any, opt_name: str, net: Sequential, recipe: dict[str, Any]) -> Optimizer:
     default_lr = recipe["adam_lr"] if opt_name in ("adam", "adamw") else DEFAULT_LR[opt_name]
     wd = DEFAULT_WEIGHT_DECAY.get(opt_name, 0.0) if args.weight_decay is None else args.weight_decay
+    if args.weight_decay is None and opt_name == recipe.get("optimizer"):
+        wd = recipe.get("weight_decay", wd)  # the recipe's own optimizer: its decay too
     kwargs: dict[str, Any] = {"lr": args.lr or default_lr, "weight_decay": wd}
     if opt_name == "sgd":
         kwargs.update(momentum=0.9 if args.momentum is None else args.momentum, nesterov=args.nesterov)
@@ -174,17 +197,18 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
     resume, tmeta = _resume_meta(args, on_lead)
     seed = tmeta.get("seed", 0 if args.seed is None else args.seed)
     arch = tmeta.get("architecture", args.arch or DEFAULT_ARCH)
-    opt_name = tmeta.get("optimizer_name", args.optimizer or "adam")
+    opt_name = tmeta.get("optimizer_name", args.optimizer)
     test_size = tmeta.get("test_size", args.test_size)
     val_size = tmeta.get("val_size", args.val_size)
 
     ds = load_data(args, seed, test_size, resume.net.input_shape if resume else None, progress)
+    opt_name = opt_name or recipe_for(ds).get("optimizer", "adam")
     fingerprint = data_fingerprint(ds.x_train, ds.y_train)
     if resume and tmeta.get("data_fingerprint", fingerprint) != fingerprint:
         raise CheckpointError(f"{args.resume}: was trained on other data than {ds.name} "
                               f"({len(ds.y_train)} training images of shape {ds.input_shape}); "
                               f"resume with the same --data, --test-size and seed")
-    recipe = RECIPES[recipe_name(ds)]
+    recipe = recipe_for(ds)
     epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
     batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
     x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
