@@ -34,11 +34,14 @@ NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
 # nets whose inputs are not SHAPE: CIFAR-10's colour 32x32, MLPerf Tiny's 96x96 wake-word pictures
 # and 49x10 keyword-spotting MFCC frames
-SHAPES = {"airbench94": (3, 32, 32), "mobilenetv2": (3, 32, 32), "mobilenetv1-025": (3, 96, 96),
-          "dscnn": (1, 49, 10)}
+SHAPES: dict[str, tuple[int, ...]] = {
+    "airbench94": (3, 32, 32), "mobilenetv2": (3, 32, 32), "mobilenetv1-025": (3, 96, 96),
+    "dscnn": (1, 49, 10),
+    # series (C, L): Wang et al.'s FCN and ResNet at GunPoint's length, MNIST-1D's CNN at its 40
+    "fcn": (1, 150), "resnet1d": (1, 150), "series": (1, 150), "mnist1dcnn": (1, 40)}
 
 
-def input_shape(net: str) -> tuple[int, int, int]:
+def input_shape(net: str) -> tuple[int, ...]:
     """The per-example input shape the benchmark gives ``net``."""
     return SHAPES.get(net, SHAPE)
 N_CLASSES = 10
@@ -179,7 +182,7 @@ class _Torch:
         rng = np.random.default_rng(0)
         # like numbacnn, the batch starts on the host and is copied to the device every step
         self.x = torch.from_numpy(rng.random((batch,) + tuple(net.input_shape or SHAPE), dtype=np.float32))
-        if channels_last:
+        if channels_last and self.x.dim() == 4:  # (a series' (N, C, L) has no channels_last form)
             self.net.to(memory_format=torch.channels_last)
             self.x = self.x.contiguous(memory_format=torch.channels_last)
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9)

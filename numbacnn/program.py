@@ -93,22 +93,27 @@ class StepProgram:
     the step (its ``graph``).
     """
 
-    def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...], label_smoothing: float = 0.0
-                 ) -> None:
+    def __init__(self, net: Any, batch: int, in_shape: tuple[int, ...], label_smoothing: float = 0.0,
+                 loss: tuple[str, float] = ("cross_entropy", 0.0)) -> None:
         self.net = net
         self.label_smoothing = float(label_smoothing)
+        # ("cross_entropy", 0) with int64 labels, or a regression loss ("mse" or "huber", delta)
+        # with float32 targets (batch, outputs)
+        self.loss, self.delta = loss
+        self.regress = self.loss != "cross_entropy"
         self.params = net.params  # the program is bound to these parameter (and gradient) buffers
         self.backend = be = net.backend
         self.replays = be.name == "cpu"
+        n_classes = net.output_shape(tuple(in_shape))[0]
+        y_shape, y_dtype = ((batch, n_classes), np.float32) if self.regress else ((batch,), np.int64)
         self.x = be.empty((batch, *in_shape), np.float32)
-        self.y = be.empty((batch,), np.int64)
+        self.y = be.empty(y_shape, y_dtype)
         # the batch is gathered here (on a device: host staging that ``write`` copies from)
         self._xh = self.x if self.replays else be.staging((batch, *in_shape), np.float32)
-        self._yh = self.y if self.replays else be.staging((batch,), np.int64)
+        self._yh = self.y if self.replays else be.staging(y_shape, y_dtype)
         self._x_rows = self._xh.reshape(batch, -1)
         self._stats_h = be.staging((2,), np.float64)
         self.device = None if self.replays else DeviceRuns(be, self._device_run)
-        n_classes = net.output_shape(tuple(in_shape))[0]
         self.dlogits = be.empty((batch, n_classes), np.float32)
         self.losses = be.empty((batch,), np.float64)
         self.stats = be.empty((2,), np.float64)  # mean loss, correct count
@@ -146,7 +151,10 @@ class StepProgram:
 
         fast = (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
                 and idx.dtype == np.int64)
-        if moves is not None:
+        if self.regress and moves is None:  # float targets: numpy's gathers
+            self._xh[...] = x[idx]
+            self._yh[...] = y[idx]
+        elif moves is not None:
             if fast:
                 augment.gather(self._xh, self._yh, x, y, idx, moves)
             else:
@@ -163,8 +171,12 @@ class StepProgram:
         """Forward, loss, statistics and backward through the layers; returns the logits."""
         be, net = self.backend, self.net
         h = net.through(self.x, training=True)
-        be.softmax_cross_entropy(self.dlogits, self.losses, h, self.y, self.label_smoothing)
-        be.step_stats(self.stats, self.losses, h, self.y)
+        if self.regress:
+            be.regression_loss(self.dlogits, self.losses, h, self.y, self.delta)
+            be.loss_stats(self.stats, self.losses)
+        else:
+            be.softmax_cross_entropy(self.dlogits, self.losses, h, self.y, self.label_smoothing)
+            be.step_stats(self.stats, self.losses, h, self.y)
         net.through_backward(self.dlogits, need_input_grad=False)
         net._can_backward = True
         return h

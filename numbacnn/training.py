@@ -18,7 +18,7 @@ import numpy as np
 from . import augment as aug
 from ._text import interactive
 from .augment import Augment
-from .loss import check_label_smoothing, softmax_cross_entropy
+from .loss import check_label_smoothing, check_loss, regression_loss, softmax_cross_entropy
 from .network import Sequential
 from .optimizers import Optimizer
 from .program import StepProgram
@@ -94,6 +94,24 @@ def evaluate(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 25
     if parallel is not None:
         total, correct = parallel.sum(np.array([total, correct], np.float64)).tolist()
     return total / n, correct / n
+
+
+def evaluate_regression(net: Sequential, x: np.ndarray, y: np.ndarray, batch_size: int = 256,
+                        delta: float = 0.0, scale: tuple[Any, Any] = (0.0, 1.0)) -> dict[str, float]:
+    """The loss (MSE, or Huber with ``delta``) of ``net``'s outputs against targets y (N, K) in
+    inference mode, and, with outputs and targets mapped back by ``scale`` = (mean, std) (the
+    training targets' standardisation), the RMSE, MAE and R^2 (1 - SSE / SST about the targets'
+    own mean, averaged over the outputs, as scikit-learn's ``r2_score``) in the targets' units."""
+    out = np.concatenate([net.forward(x[lo:lo + batch_size], training=False)
+                          for lo in range(0, len(x), batch_size)])
+    loss, _ = regression_loss(out, y, delta)
+    mean, std = (np.asarray(v, np.float64) for v in scale)
+    pred, true = out.astype(np.float64) * std + mean, np.asarray(y, np.float64) * std + mean
+    err = pred - true
+    sst = ((true - true.mean(0)) ** 2).sum(0)
+    r2 = float(np.mean(1.0 - (err ** 2).sum(0) / np.where(sst > 0, sst, np.nan)))
+    return {"loss": loss, "rmse": float(np.sqrt((err ** 2).mean())), "mae": float(np.abs(err).mean()),
+            "r2": r2}
 
 
 def confusion_matrix(net: Sequential, x: np.ndarray, y: np.ndarray, n_classes: int,
@@ -221,6 +239,9 @@ class Trainer:
     max_steps : int or None
         Stop after this many optimizer steps in all (a fractional number of epochs: the last epoch
         ends early); per-batch schedules run over this many steps.
+    loss : "cross_entropy", "mse" or "huber"
+        Classification (labels y) or regression of float targets y (N, K) against the network's K
+        outputs: the mean squared error, or Huber's loss with ``huber_delta`` (torch's).
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
@@ -228,13 +249,20 @@ class Trainer:
                  shuffle: bool = True, lr_schedule: str = "constant",
                  parallel: DataParallel | None = None, step_programs: bool = True,
                  augment: str | Augment | None = None, label_smoothing: float = 0.0,
-                 drop_last: bool = False, max_steps: int | None = None) -> None:
+                 drop_last: bool = False, max_steps: int | None = None, loss: str = "cross_entropy",
+                 huber_delta: float = 1.0) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
         self.base_lr = optimizer.lr
         self.augment = Augment.parse(augment)
         self.label_smoothing = check_label_smoothing(label_smoothing)
+        self.loss = check_loss(loss, huber_delta)
+        self.regress = self.loss[0] != "cross_entropy"
+        # regression: the training targets' (mean, std) that the reported RMSE and MAE undo
+        self.target_scale: tuple[Any, Any] = (0.0, 1.0)
+        if self.regress and self.label_smoothing:
+            raise ValueError("label_smoothing applies to classification (loss='cross_entropy') only")
         self.seed = int(seed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
@@ -365,9 +393,12 @@ class Trainer:
         self._step = 0
         if self.max_steps is not None and self.epoch * per_epoch >= self.max_steps:
             self.stop_training = True  # the steps asked for are done
-        return {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
-                "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
-                "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
+        out = {"epoch": self.epoch, "train_loss": p["loss"] / p["seen"],
+               "train_accuracy": p["correct"] / p["seen"], "seconds": p["seconds"],
+               "images_per_second": p["seen"] / max(p["seconds"], 1e-9)}
+        if self.regress:
+            del out["train_accuracy"]
+        return out
 
     def _onecycle(self, step: int, total: int) -> None:
         """Set the optimizer's lr (and momentum or beta1) for global step ``step`` of ``total``."""
@@ -417,13 +448,22 @@ class Trainer:
         if moves is not None:
             xb = aug.augmented(x, y, idx, moves)[0]
         logits = self.net.forward(xb, training=True)
-        loss, dlogits = softmax_cross_entropy(logits, yb, None if sample_weight is None
-                                              else sample_weight[idx], self.label_smoothing)
+        loss, dlogits = self._loss(logits, yb, None if sample_weight is None else sample_weight[idx])
         if not math.isfinite(loss):
             raise self._diverged(loss, step)
         self.net.backward(dlogits, need_input_grad=False)
         self.optimizer.step()
-        return loss * len(yb), int((logits.argmax(1) == yb).sum()), len(yb)
+        return loss * len(yb), self._hits(logits, yb), len(yb)
+
+    def _loss(self, out: np.ndarray, yb: np.ndarray, weights: np.ndarray | None = None
+              ) -> tuple[float, np.ndarray]:
+        if self.regress:
+            return regression_loss(out, yb, self.loss[1], weights)
+        return softmax_cross_entropy(out, yb, weights, self.label_smoothing)
+
+    def _hits(self, out: np.ndarray, yb: np.ndarray) -> int:
+        """Correct predictions of a batch (0 for regression)."""
+        return 0 if self.regress else int((out.argmax(1) == yb).sum())
 
     def _program(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> StepProgram | None:
         """The step for this batch shape (numbacnn/program.py: recorded and replayed on the CPU,
@@ -434,20 +474,24 @@ class Trainer:
             return None
         if x is not self._checked[0] or y is not self._checked[1]:
             if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2
-                    and isinstance(y, np.ndarray) and y.dtype.kind in "iu" and y.shape == x.shape[:1]):
+                    and isinstance(y, np.ndarray)):
                 return None
             try:
-                n_classes = self.net.output_shape(x.shape[1:])[0]
+                n_out = self.net.output_shape(x.shape[1:])[0]
             except ValueError:
                 return None
-            if len(y) and (y.min() < 0 or y.max() >= n_classes):
+            if self.regress:
+                if not (y.dtype == np.float32 and y.shape == (len(x), n_out)):
+                    return None
+            elif not (y.dtype.kind in "iu" and y.shape == x.shape[:1]) or (
+                    len(y) and (y.min() < 0 or y.max() >= n_out)):
                 return None
             self._checked = (x, y)
         key = (len(idx), x.shape[1:])
         program = self._programs.get(key)
         if program is None or program.params is not self.net.params:
             program = self._programs[key] = StepProgram(self.net, len(idx), x.shape[1:],
-                                                        self.label_smoothing)
+                                                        self.label_smoothing, self.loss)
         return program
 
     def _parallel_step(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, step: int
@@ -467,10 +511,10 @@ class Trainer:
                 self.augment.check(x.shape[1:])  # type: ignore[union-attr]
                 xb = aug.augmented(x, y, share, (moves[0][lo:hi], moves[1][lo:hi], moves[2]))[0]
             logits = self.net.forward(xb, training=True)
-            loss, dlogits = softmax_cross_entropy(logits, yb, label_smoothing=self.label_smoothing)
+            loss, dlogits = self._loss(logits, yb)
             dlogits *= np.float32(len(share) / len(idx))  # the gradient of the global mean
             self.net.backward(dlogits, need_input_grad=False)
-            loss_sum, correct = loss * len(share), int((logits.argmax(1) == yb).sum())
+            loss_sum, correct = loss * len(share), self._hits(logits, yb)
         else:  # fewer examples than ranks in the last batch: contribute nothing
             self.net.grads[:] = 0.0
         flags = (int(self.stop_signal == signal.SIGINT), int(self.stop_signal == signal.SIGTERM))
@@ -528,12 +572,16 @@ class Trainer:
                     if checkpoint is not None:
                         checkpoint(self)
                     raise
-                if x_val is not None and y_val is not None:
-                    stats["val_loss"], stats["val_accuracy"] = evaluate(self.net, x_val, y_val,
-                                                                        parallel=self.parallel)
-                if x_test is not None and y_test is not None:
-                    stats["test_loss"], stats["test_accuracy"] = evaluate(self.net, x_test, y_test,
-                                                                          parallel=self.parallel)
+                for part, xs, ys in (("val", x_val, y_val), ("test", x_test, y_test)):
+                    if xs is None or ys is None:
+                        continue
+                    if self.regress:
+                        got = evaluate_regression(self.net, xs, ys, delta=self.loss[1],
+                                                  scale=self.target_scale)
+                        stats.update({f"{part}_{k}": v for k, v in got.items()})
+                    else:
+                        stats[f"{part}_loss"], stats[f"{part}_accuracy"] = evaluate(self.net, xs, ys,
+                                                                                    parallel=self.parallel)
                 for cb in callbacks:
                     cb.on_epoch_end(self, stats)
                 self.history.append(stats)
@@ -550,10 +598,14 @@ class Trainer:
 
 
 def format_epoch(s: dict[str, Any], epochs: int) -> str:
-    line = (f"epoch {s['epoch']}/{epochs}: train loss {s['train_loss']:.4f} acc "
-            f"{s['train_accuracy']:.4f}")
-    if "val_loss" in s:
-        line += f" | val loss {s['val_loss']:.4f} acc {s['val_accuracy']:.4f}"
-    if "test_loss" in s:
-        line += f" | test loss {s['test_loss']:.4f} acc {s['test_accuracy']:.4f}"
+    if "train_accuracy" in s:
+        line = (f"epoch {s['epoch']}/{epochs}: train loss {s['train_loss']:.4f} acc "
+                f"{s['train_accuracy']:.4f}")
+    else:  # regression
+        line = f"epoch {s['epoch']}/{epochs}: train loss {s['train_loss']:.4f}"
+    for part in ("val", "test"):
+        if f"{part}_accuracy" in s:
+            line += f" | {part} loss {s[f'{part}_loss']:.4f} acc {s[f'{part}_accuracy']:.4f}"
+        elif f"{part}_rmse" in s:
+            line += f" | {part} rmse {s[f'{part}_rmse']:.4g} r2 {s[f'{part}_r2']:.4f}"
     return line + f" | {s['seconds']:.1f} s, {s['images_per_second']:.0f} img/s"

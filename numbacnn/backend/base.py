@@ -320,6 +320,15 @@ class Backend:
         (the first, on ties) is the label."""
         launch(self.kernels.step_stats, stats, losses, logits, y)
 
+    def regression_loss(self, dout, losses, out, target, delta: float = 0.0) -> None:
+        """losses (N,) float64 per example and dout (N, K), the gradient of the batch mean of
+        squared errors (``delta`` 0) or Huber losses of ``out`` against ``target``."""
+        launch(self.kernels.regression_loss, dout, losses, out, target, float(delta))
+
+    def loss_stats(self, stats, losses) -> None:
+        """stats (2,) float64: the mean of ``losses``, and 0 (a regression step counts no hits)."""
+        launch(self.kernels.loss_stats, stats, losses)
+
     def softmax(self, out, logits) -> None:
         launch(self.kernels.softmax, out, logits)
 

@@ -41,7 +41,7 @@ from .conv2d_winograd4 import (
 )
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
-from .loss import softmax, softmax_cross_entropy
+from .loss import loss_stats, regression_loss, softmax, softmax_cross_entropy
 from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
 from .pad import pad2d_backward, pad2d_forward
@@ -62,7 +62,7 @@ __all__ = [
     "adam_update", "avgpool2d_backward", "avgpool2d_forward", "conv2d_backward_gemm", "conv2d_forward_gemm",
     "conv2d_backward_grouped", "conv2d_forward_grouped", "depthwise_pitch", "conv2d_backward_pointwise",
     "conv2d_forward_pointwise",
-    "copy_strided", "gather_batch", "step_stats",
+    "copy_strided", "gather_batch", "step_stats", "loss_stats", "regression_loss",
     "conv2d_backward_positions", "conv2d_backward_wide", "conv2d_forward_positions", "conv2d_forward_wide",
     "position_filters",
     "conv2d_backward_winograd", "conv2d_forward_winograd", "winograd_filter_gradient", "winograd_filters",

@@ -73,3 +73,39 @@ def softmax_part(n, out, logits):
     m, s = row_max_and_exp_sum(row)
     for k in range(K):
         out[n, k] = np.float32(np.exp(np.float64(row[k] - m)) / s)
+
+
+@kernel(fastmath=False, float_division=True)
+def regression_loss(dout, losses, out, target, delta):
+    """Regression losses, as torch's with reduction "mean" over every output of the batch:
+    losses[n] = (1 / K) sum_k l(out[n, k] - target[n, k]) with l(r) = r^2 (``delta`` 0: MSE) or
+    Huber's r^2 / 2 for |r| <= delta and delta (|r| - delta / 2) beyond; dout = l'(r) / (N K), so
+    that parameter gradients are plain sums over the examples. Serial (K is a handful of targets).
+    dout, out, target: (N, K) float32; losses: (N,) float64; delta >= 0."""
+    N, K = out.shape
+    scale = 1.0 / (N * K)
+    for n in range(N):
+        s = 0.0
+        for k in range(K):
+            r = np.float64(out[n, k]) - np.float64(target[n, k])
+            if delta == 0.0:
+                s += r * r
+                g = 2.0 * r
+            elif abs(r) <= delta:
+                s += 0.5 * r * r
+                g = r
+            else:
+                s += delta * (abs(r) - 0.5 * delta)
+                g = delta if r > 0 else -delta
+            dout[n, k] = np.float32(g * scale)
+        losses[n] = s / K
+
+
+@kernel(fastmath=False)
+def loss_stats(stats, losses):
+    """stats[0] = the mean of losses (summed in order), stats[1] = 0: a regression step's summary."""
+    total = 0.0
+    for i in range(losses.shape[0]):
+        total += losses[i]
+    stats[0] = total / losses.shape[0]
+    stats[1] = 0.0

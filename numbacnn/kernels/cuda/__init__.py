@@ -25,7 +25,7 @@ from .conv2d_grouped import conv2d_backward_grouped, conv2d_forward_grouped
 from .conv2d_tiled import conv2d_backward_tiled, conv2d_forward_tiled, dw_workspace_size
 from .dense import dense_backward, dense_forward
 from .dropout import dropout_advance, dropout_backward, dropout_forward
-from .loss import softmax, softmax_cross_entropy, step_stats
+from .loss import loss_stats, regression_loss, softmax, softmax_cross_entropy, step_stats
 from .normalize import normalize_backward, normalize_forward
 from .optim import adam_update, rmsprop_update, sgd_update
 from .pool import (
@@ -52,5 +52,6 @@ __all__ = [
     "dense_backward", "dense_forward", "dropout_advance", "dropout_backward", "dropout_forward",
     "maxpool2d_backward",
     "maxpool2d_forward", "relu_backward", "relu_forward", "rmsprop_update", "sgd_update",
-    "softmax", "softmax_cross_entropy", "step_stats", "tanh_backward", "tanh_forward",
+    "loss_stats", "regression_loss", "softmax", "softmax_cross_entropy", "step_stats", "tanh_backward",
+    "tanh_forward",
 ]

@@ -88,3 +88,45 @@ def _softmax(out, logits):
 def softmax(out, logits):
     """As the CPU kernel: row-wise softmax, one thread per example."""
     _softmax[grid(logits.shape[0])](out, logits)
+
+
+@cuda.jit
+def _regression(dout, losses, out, target, delta):
+    N, K = out.shape
+    n = cuda.grid(1)
+    if n >= N:
+        return
+    s = 0.0
+    for k in range(K):
+        r = float64(out[n, k]) - float64(target[n, k])
+        if delta == 0.0:
+            s += r * r
+            g = 2.0 * r
+        elif abs(r) <= delta:
+            s += 0.5 * r * r
+            g = r
+        else:
+            s += delta * (abs(r) - 0.5 * delta)
+            g = delta if r > 0 else -delta
+        dout[n, k] = g / (N * K)
+    losses[n] = s / K
+
+
+def regression_loss(dout, losses, out, target, delta):
+    """As the CPU kernel: per-example MSE (delta 0) or Huber losses and the gradient of their mean."""
+    _regression[grid(out.shape[0])](dout, losses, out, target, delta)
+
+
+@cuda.jit
+def _loss_stats(stats, losses):
+    if cuda.grid(1) == 0:
+        total = 0.0
+        for i in range(losses.shape[0]):
+            total += losses[i]
+        stats[0] = total / losses.shape[0]
+        stats[1] = 0.0
+
+
+def loss_stats(stats, losses):
+    """As the CPU kernel: the mean loss in order, 0 correct."""
+    _loss_stats[on(1, 1)](stats, losses)
