@@ -20,8 +20,25 @@ import numpy as np
 
 SETS = {  # set -> extra flags (none: the default command)
     "GunPoint": [], "ItalyPowerDemand": [], "JapaneseVowels_eq": [],
-    "JapaneseVowels": ["--series-length", "max"], "MNIST1D": [], "BasicMotions": [],
+    "JapaneseVowels": ["--series-length", "max"], "MNIST1D": [], "BasicMotions": [], "Tecator": [],
 }
+
+
+def baselines(path: str) -> dict[str, float]:
+    """A regression set's test RMSE of scikit-learn's Ridge (default alpha) and RandomForestRegressor
+    (random_state 0) on the flattened series of the same split."""
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import Ridge
+
+    from numbacnn.data import load_dataset
+
+    ds = load_dataset(path)
+    xtr, xte = ds.x_train.reshape(len(ds.x_train), -1), ds.x_test.reshape(len(ds.x_test), -1)
+    out = {}
+    for name, model in (("ridge", Ridge()), ("random_forest", RandomForestRegressor(random_state=0))):
+        pred = model.fit(xtr, ds.y_train).predict(xte)
+        out[name + "_rmse"] = round(float(np.sqrt(np.mean((pred - ds.y_test) ** 2))), 4)
+    return out
 
 
 def _seeds(text: str) -> list[int]:
@@ -51,21 +68,29 @@ def main() -> int:
             if r.returncode:
                 print(f"{name} seed {seed}: exit {r.returncode}: {r.stderr.strip()[-300:]}", file=sys.stderr)
                 return 1
-            m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
-            runs.append({"seed": seed, "accuracy": float(m.group(1)) if m else None, "wall_s": round(wall, 1),
+            m = re.search(r"test (accuracy|rmse) ([0-9.e+-]+)", r.stdout)
+            runs.append({"seed": seed, "accuracy" if m and m.group(1) == "accuracy" else "rmse":
+                         float(m.group(2)) if m else None, "wall_s": round(wall, 1),
                          "last_line": r.stdout.strip().splitlines()[-1]})
             print(f"{name} seed {seed}: {runs[-1]['last_line']} ({wall:.1f} s wall)", flush=True)
-        acc = np.array([r["accuracy"] for r in runs], float)
+        key = "accuracy" if "accuracy" in runs[0] else "rmse"
+        acc = np.array([r[key] for r in runs], float)
         walls = np.array([r["wall_s"] for r in runs])
         command = " ".join(["python train.py --data", f"{name}_TRAIN.ts", *SETS.get(name, [])])
         rows[name] = {"command": command,
-                      "accuracy_mean": round(float(acc.mean()), 4),
-                      "accuracy_std": round(float(acc.std()), 4),
-                      "accuracy_min": float(acc.min()), "accuracy_max": float(acc.max()),
+                      f"{key}_mean": round(float(acc.mean()), 4),
+                      f"{key}_std": round(float(acc.std()), 4),
+                      f"{key}_min": float(acc.min()), f"{key}_max": float(acc.max()),
                       "wall_s_mean": round(float(walls.mean()), 1), "wall_s_max": float(walls.max()),
                       "runs": runs}
-        print(f"== {name}: {acc.mean() * 100:.2f} % +- {acc.std() * 100:.2f} (min {acc.min() * 100:.1f}, "
-              f"max {acc.max() * 100:.1f}), {walls.mean():.1f} s a run", flush=True)
+        unit = 100 if key == "accuracy" else 1
+        print(f"== {name}: {key} {acc.mean() * unit:.2f} +- {acc.std() * unit:.2f} "
+              f"(min {acc.min() * unit:.2f}, max {acc.max() * unit:.2f}), {walls.mean():.1f} s a run",
+              flush=True)
+        if key == "rmse":
+            rows[name].update(baselines(data))
+            print(f"   beside: Ridge {rows[name]['ridge_rmse']}, random forest "
+                  f"{rows[name]['random_forest_rmse']}", flush=True)
     out = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                                     text=True).stdout.strip(), "seeds": args.seeds, "sets": rows}

@@ -45,13 +45,14 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # scikit-learn takes ~0.7 s to import: load the estimator only when it is asked for
-    if name == "CNNClassifier":
-        from .estimator import CNNClassifier
-        return CNNClassifier
+    if name in ("CNNClassifier", "CNNRegressor"):
+        from . import estimator
+        return getattr(estimator, name)
     raise AttributeError(f"module 'numbacnn' has no attribute {name!r}")
 
 __all__ = [
-    "CNNClassifier", "PRESETS", "ArchitectureError", "CheckpointError", "DataError", "Dataset",
+    "CNNClassifier", "CNNRegressor", "PRESETS", "ArchitectureError", "CheckpointError", "DataError",
+    "Dataset",
     "DivergenceError",
     "Trainer", "TrainingInterrupted", "build_network", "evaluate", "load", "load_checkpoint",
     "load_dataset", "parse_architecture", "save",

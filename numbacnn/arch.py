@@ -105,15 +105,19 @@ PRESETS["mnist1dcnn"] = ("conv1d(25,5,stride=2,padding=1),relu,conv1d(25,3,strid
 # the default for series ("auto"): FCN's three blocks at half FCN's widths
 PRESETS["series"] = ("conv1d(64,8,padding=same),bn,relu,conv1d(128,5,padding=same),bn,relu,"
                      "conv1d(64,3,padding=same),bn,relu,gap")
+# the default for regression on series ("auto"): positions kept (two pools, then dense layers, no
+# global pooling), as aligned series such as spectra need (Tecator: benchmarks/series.py)
+PRESETS["series-dense"] = ("conv1d(16,7,padding=same),bn,relu,maxpool1d(2),conv1d(32,5,padding=same),bn,relu,"
+                           "maxpool1d(2),dense(64),relu")
 DEFAULT_ARCH = "auto"
 
 
-def resolve_preset(spec: str, input_shape: tuple[int, ...]) -> str:
-    """"auto" -> "series" for series (C, L), "compact" for images up to 16x16, else "modern";
-    other specs unchanged."""
+def resolve_preset(spec: str, input_shape: tuple[int, ...], regression: bool = False) -> str:
+    """"auto" -> "series" for series (C, L) ("series-dense" for regression), "compact" for images
+    up to 16x16, else "modern"; other specs unchanged."""
     if isinstance(spec, str) and spec.strip().lower() == "auto":
         if len(input_shape) == 2:
-            return "series"
+            return "series-dense" if regression else "series"
         return "compact" if max(input_shape[1:]) <= 16 else "modern"
     return spec
 
@@ -224,16 +228,19 @@ def known_tokens() -> list[str]:
 
 
 def build_layers(spec: str | list[LayerSpec], input_shape: tuple[int, ...], n_classes: int,
-                 adapt: bool = False) -> list[Layer]:
+                 adapt: bool = False, regression: bool = False) -> list[Layer]:
     """Layers for a per-example input shape (C, H, W) ending in dense(n_classes).
 
+    ``regression``: ``n_classes`` is the number of regression outputs (1 or more).
     ``adapt=True`` fits the spec to inputs too small for it (e.g. a 1 x n_features "image"): along
     an axis too short for a window, the window shrinks to 1; pools with nothing left to pool are
     skipped; convolutions whose kernel is longer than the axis get "same"-style padding.
     """
-    specs = parse_architecture(resolve_preset(spec, input_shape)) if isinstance(spec, str) else spec
-    if not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
-        raise ArchitectureError(f"need at least 2 classes, got {n_classes!r}")
+    specs = (parse_architecture(resolve_preset(spec, input_shape, regression)) if isinstance(spec, str)
+             else spec)
+    if not isinstance(n_classes, (int, np.integer)) or n_classes < (1 if regression else 2):
+        least = "1 output" if regression else "2 classes"
+        raise ArchitectureError(f"need at least {least}, got {n_classes!r}")
     layers, shape = _build(specs, tuple(int(s) for s in input_shape), adapt)
     if len(shape) > 1:  # images or series left: flattened for the classifier
         layers.append(Flatten())
@@ -265,10 +272,11 @@ def _build(specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool
 
 def build_network(spec: str, input_shape: tuple[int, ...], n_classes: int,
                   seed: int | np.random.Generator | None = None, adapt: bool = False,
-                  normalize: Normalize | None = None) -> Sequential:
-    """A Sequential for ``spec`` (preset or spec string) on inputs of shape (C, H, W); with
+                  normalize: Normalize | None = None, regression: bool = False) -> Sequential:
+    """A Sequential for ``spec`` (preset or spec string) on inputs of shape (C, H, W) (series:
+    (C, L)), ending in ``n_classes`` outputs (``regression``: that many targets); with
     ``normalize`` (e.g. ``Normalize.fit(x_train)``) that layer first, standardising each channel."""
-    layers = build_layers(spec, input_shape, n_classes, adapt=adapt)
+    layers = build_layers(spec, input_shape, n_classes, adapt=adapt, regression=regression)
     net = Sequential(([normalize] if normalize is not None else []) + layers, seed=seed)
     net.architecture = spec
     net.input_shape = tuple(int(s) for s in input_shape)

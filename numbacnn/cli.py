@@ -150,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "batch) or triangle (airbench's: linear up from 0.2 lr over 23 %% of the steps, then "
                    "down to 0.07 lr) (default: constant on digits, onecycle on images above 16x16, cosine "
                    "otherwise)")
+    m.add_argument("--loss", choices=("mse", "huber"), default="mse",
+                   help="regression data (a .ts file's @targetLabel): the loss on the standardised targets")
     m.add_argument("--label-smoothing", type=_number(float, 0, False, 1, True), default=None,
                    help="cross-entropy against smoothed targets (1-e) onehot + e/K (default 0.1 on "
                    "images above 16x16, else 0)")
@@ -360,6 +362,10 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
     """Train as configured: checkpoints, report, metrics; the exit status."""
     net, opt, ds = cfg.net, cfg.opt, cfg.ds
     _check_tta(args.tta, ds.x_test)
+    if cfg.regress and (args.report or args.tta != "none"):
+        raise UsageError(f"--{'report' if args.report else 'tta'} is for classification; {ds.name} holds "
+                         f"regression targets")
+    y_test = cfg.test_targets()
     if dp is not None:  # rank 0's parameters and optimizer state everywhere; one compile per machine
         from .distributed import compile_step
 
@@ -368,7 +374,8 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         dp.compile_once(lambda: compile_step(net, cfg.x_tr))
     trainer = Trainer(net, opt, batch_size=cfg.batch_size, seed=cfg.seed, progress=not args.quiet and lead,
                       lr_schedule=cfg.schedule, parallel=dp, augment=cfg.augment,
-                      label_smoothing=cfg.label_smoothing)
+                      label_smoothing=cfg.label_smoothing, loss=args.loss if cfg.regress else "cross_entropy")
+    trainer.target_scale = cfg.target_scale
     stopper = EarlyStopping(cfg.early_stopping) if cfg.early_stopping else None
     if cfg.trainer_state is not None:
         trainer.load_state(cfg.trainer_state)
@@ -387,8 +394,10 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
 
     if not args.quiet and lead:
         ranks = f"{dp.size} ranks x " if dp is not None else ""
-        print(f"numbacnn: {ds.name}: {len(cfg.y_tr)} train / {len(ds.y_test)} test images of shape "
-              f"{ds.input_shape}, {ds.n_classes} classes; arch {cfg.arch}; {opt!r}; batch "
+        what = "series" if ds.is_series else "images"
+        task = f"regression ({args.loss})" if cfg.regress else f"{ds.n_classes} classes"
+        print(f"numbacnn: {ds.name}: {len(cfg.y_tr)} train / {len(ds.y_test)} test {what} of shape "
+              f"{ds.input_shape}, {task}; arch {cfg.arch}; {opt!r}; batch "
               f"{cfg.batch_size}; {ranks}{_config.get_num_threads()} threads")
     if not args.quiet and lead and cfg.trainer_state is None:
         from .summary import summarize
@@ -420,7 +429,7 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
 
     t0 = time.perf_counter()
     try:
-        trainer.fit(cfg.x_tr, cfg.y_tr, cfg.epochs, ds.x_test, ds.y_test, cfg.x_val, cfg.y_val,
+        trainer.fit(cfg.x_tr, cfg.y_tr, cfg.epochs, ds.x_test, y_test, cfg.x_val, cfg.y_val,
                     checkpoint=checkpoint,
                     callbacks=[cb for cb in (first, board, stopper) if cb is not None])
     except TrainingInterrupted as e:
@@ -448,19 +457,26 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
     if args.tta != "none" and len(ds.y_test):  # the kept weights' accuracy over the views
         final = dict(final, test_accuracy=evaluate(net, ds.x_test, ds.y_test, parallel=dp, tta=args.tta)[1],
                      tta=args.tta)
-    if lead:  # the result line, --quiet or not
+    if lead and cfg.regress:  # the result line, --quiet or not
+        print(f"done: test rmse {final.get('test_rmse', float('nan')):.4g} r2 "
+              f"{final.get('test_r2', float('nan')):.4f} after {plural(trainer.epoch, 'epoch')}, "
+              f"{wall:.1f} s")
+    elif lead:
         with_tta = f" with test-time augmentation {args.tta}" if "tta" in final else ""
         print(f"done: test accuracy {final.get('test_accuracy', float('nan')):.4f}{with_tta} after "
               f"{plural(trainer.epoch, 'epoch')}, {wall:.1f} s")
     if args.metrics_out and lead:
         keys = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
-                "images_per_second", "val_loss", "val_accuracy")
+                "images_per_second", "val_loss", "val_accuracy", "test_rmse", "test_mae", "test_r2",
+                "val_rmse", "val_mae", "val_r2")
         metrics = {"dataset": ds.name, "architecture": cfg.arch, "optimizer": cfg.opt_name,
                    "hyperparameters": {**opt.hyperparameters(), "lr": trainer.base_lr},
                    "lr_schedule": cfg.schedule, "batch_size": cfg.batch_size,
                    "seed": cfg.seed, "threads": _config.get_num_threads(),
                    "ranks": dp.size if dp is not None else 1,
                    "test_accuracy": final.get("test_accuracy"), "tta": args.tta, "wall_seconds": wall,
+                   **({"test_rmse": final.get("test_rmse"), "test_r2": final.get("test_r2")} if cfg.regress
+                      else {}),
                    "epochs": [{k: s[k] for k in keys if k in s} for s in trainer.history]}
         atomic_write(args.metrics_out, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
     return report()

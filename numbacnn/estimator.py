@@ -1,4 +1,5 @@
-"""CNNClassifier: a scikit-learn classifier (Pipelines, GridSearchCV, clone, pickling) on numbacnn."""
+"""CNNClassifier and CNNRegressor: scikit-learn estimators (Pipelines, GridSearchCV, clone, pickling)
+on numbacnn, for images and series."""
 from __future__ import annotations
 
 import inspect
@@ -9,7 +10,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
@@ -17,7 +18,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from . import _config, recipes
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
-from .data import stratified_split
+from .data import shuffled_split, stratified_split
 from .device import check_device
 from .optimizers import make_optimizer
 from .training import Callback, Trainer
@@ -68,22 +69,167 @@ _RECIPE_PARAMS = {"arch": "architecture", "optimizer": "optimizer", "lr": "learn
 _RECIPE_OPTIONAL = ("max_epochs", "tta")
 
 
-class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: ignore[misc]
+class _CNNEstimator(TransformerMixin, BaseEstimator):  # type: ignore[misc]
+    """What CNNClassifier and CNNRegressor share: inputs (images, series, rows), their scaling,
+    the network, the trainer and its epochs, the learned features, pickling."""
+
+    regression = False  # CNNRegressor: float targets, a regression loss
+    # one mean and scale for the inputs, or one per channel (arrays of C); set by fit
+    x_mean_: float | np.ndarray
+    x_scale_: float | np.ndarray
+    input_shape_: tuple[int, ...]
+    n_outputs_: int
+
+    # --- input handling -------------------------------------------------------------------------
+    def _validate_X(self, X, reset: bool, y=None):
+        kw: dict[str, Any] = dict(reset=reset, allow_nd=True, dtype=[np.float32, np.float64])
+        if y is None:
+            X = validate_data(self, X, **kw)
+        else:
+            X, y = validate_data(self, X, y, **kw, multi_output=self.regression,
+                                 y_numeric=self.regression)
+        if X.ndim not in (2, 3, 4):
+            raise ValueError(f"X must be 2-D (n_samples, n_features), 3-D or 4-D, got {X.ndim}-D")
+        return X, y
+
+    @staticmethod
+    def _is_channels_last(X: np.ndarray) -> bool:
+        return X.ndim == 4 and X.shape[3] in (1, 3) and X.shape[1] not in (1, 3)
+
+    def _resolve_shape(self, X: np.ndarray) -> tuple[int, ...]:
+        if X.ndim == 4:
+            if self._is_channels_last(X):
+                return (X.shape[3], X.shape[1], X.shape[2])
+            return tuple(X.shape[1:])
+        given = None if self.input_shape is None else tuple(int(s) for s in self.input_shape)
+        if X.ndim == 3:
+            if given is not None:  # images (N, H, W) by an explicit (1, H, W)
+                if len(given) != 3 or given != (1,) + tuple(X.shape[1:]):
+                    raise ValueError(f"input_shape {self.input_shape} does not fit X of shape {X.shape} "
+                                     f"(3-D X: series (n_cases, n_channels, n_timepoints), or images "
+                                     f"(N, H, W) with input_shape=(1, H, W))")
+                return given
+            return tuple(X.shape[1:])  # series (n_cases, n_channels, n_timepoints): numpy3D
+        n = X.shape[1]
+        if given is not None:
+            if len(given) not in (2, 3) or math.prod(given) != n:
+                raise ValueError(f"input_shape {self.input_shape} does not hold {n} features")
+            return given
+        side = math.isqrt(n)
+        return (1, side, side) if side * side == n else (1, 1, n)
+
+    def _images(self, X: np.ndarray, shape) -> np.ndarray:
+        """(N, C, H, W) (series: (N, C, L)) float32, standardised with the mean/scale of the
+        training data: one pair for all values of one channel (so image structure is kept and
+        unscaled 0..255 data trains), one pair per channel for colour and multichannel series."""
+        shape = tuple(shape)
+        last = getattr(self, "channels_last_", False)
+        fitted = (shape[1], shape[2], shape[0]) if last else shape
+        if X.ndim != 2 and tuple(X.shape[1:]) != fitted[len(fitted) + 1 - X.ndim:]:
+            raise ValueError(f"X has shape {X.shape[1:]} per example, but {type(self).__name__} was "
+                             f"fitted on {fitted}" + (" (channels last)" if last else ""))
+        x: np.ndarray
+        if last:
+            c, h, w = shape
+            # a copy (astype copies): X transposed back may be the caller's own array, scaled below
+            x = X.reshape(X.shape[0], h, w, c).transpose(0, 3, 1, 2).astype(np.float32, order="C")
+        else:
+            x = X.reshape((X.shape[0],) + shape).astype(np.float32)
+        mean, scale = np.asarray(self.x_mean_, np.float64), np.asarray(self.x_scale_, np.float64)
+        axes = (-1,) + (1,) * (len(shape) - 1)
+        x -= mean.astype(np.float32).reshape(axes)
+        x *= (1.0 / scale).astype(np.float32).reshape(axes)
+        return x
+
+    def _make_trainer(self, seed: int) -> None:
+        h = self._settings()
+        kwargs: dict[str, Any] = {"lr": h["learning_rate"]}
+        if h["weight_decay"] is not None:
+            kwargs["weight_decay"] = h["weight_decay"]
+        if h["optimizer"] == "sgd":
+            kwargs.update(momentum=h["momentum"], nesterov=h["nesterov"])
+        self._optimizer = make_optimizer(h["optimizer"], self.net_, **kwargs)
+        self._trainer = Trainer(self.net_, self._optimizer, batch_size=h["batch_size"], seed=seed,
+                                progress=self.verbose > 0, shuffle=self.shuffle, augment=h["augment"],
+                                label_smoothing=h.get("label_smoothing", 0.0), lr_schedule=h["lr_schedule"],
+                                loss=h.get("loss", "cross_entropy"), huber_delta=h.get("huber_delta", 1.0))
+
+    def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
+        """One mean and std over all pixels (per channel for colour: arrays of C); with sample
+        weights, rows count by their weight (as if repeated)."""
+        if self.recipe == "airbench94":  # its network standardises with CIFAR-10's statistics
+            self.x_mean_, self.x_scale_ = 0.0, 255.0 if float(np.max(X)) > 1.0 else 1.0
+            return
+        c = self.input_shape_[0]
+        if c > 1:
+            last = self.channels_last_
+            planes = (X.reshape(len(X), *self.input_shape_[1:], c).transpose(3, 0, 1, 2) if last
+                      else X.reshape(len(X), c, -1).transpose(1, 0, 2)).reshape(c, len(X), -1)
+            means, stds = [], []
+            for p in planes:  # (N, H*W) of one channel
+                rows = p.astype(np.float64)
+                m = float(np.average(rows.mean(1), weights=w))
+                sd = float(np.sqrt(np.average(((rows - m) ** 2).mean(1), weights=w)))
+                means.append(m)
+                stds.append(sd if sd > 0 and np.isfinite(sd) else 1.0)
+            self.x_mean_, self.x_scale_ = np.array(means), np.array(stds)
+            return
+        if w is None:
+            std = float(np.std(X, dtype=np.float64))
+            self.x_mean_ = float(np.mean(X, dtype=np.float64))
+        else:
+            rows = X.reshape(len(X), -1).astype(np.float64)
+            self.x_mean_ = float(np.average(rows.mean(1), weights=w))
+            std = float(np.sqrt(np.average(((rows - self.x_mean_) ** 2).mean(1), weights=w)))
+        self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
+
+    def transform(self, X) -> np.ndarray:
+        """The learned features of X: the last hidden layer's output, the input of the final dense
+        layer, (n_samples, n_features_out) float32; for pipelines that put another model on top."""
+        check_is_fitted(self, "net_")
+        X, _ = self._validate_X(X, reset=False)
+        images = self._images(X, self.input_shape_)
+        with _threads(self.n_threads):
+            h = self.net_.forward(images, upto=-1)
+        return h.reshape(len(h), -1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # weights and settings travel; the optimizer's state (momentum, Adam's moments, step count)
+        # only where a later fit continues from it (warm_start, partial_fit)
+        state = self.__dict__.copy()
+        if not (self.warm_start or state.get("_continues")):
+            state.pop("_optimizer", None)
+            state.pop("_trainer", None)
+        return state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        # a fixed random_state gives the same bits on every run and any thread count (tested), which
+        # is what scikit-learn's consistency checks fix before they compare fits
+        tags.non_deterministic = False
+        tags.transformer_tags.preserves_dtype = []  # transform: float32 learned features
+        return tags
+
+
+class CNNClassifier(ClassifierMixin, _CNNEstimator):
     """Convolutional network classifier trained with numbacnn's Numba kernels.
 
     Parameters
     ----------
     architecture : str, default "auto"
-        Preset name ("auto": "compact" up to 16x16 inputs, "modern" above) or layer spec
-        ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
+        Preset name ("auto": "series" for series, "compact" up to 16x16 images, "modern" above)
+        or layer spec ("conv(32,3),relu,maxpool(2),dense(128),relu"); a final
         dense(n_classes) is appended. Fitted to inputs too small for it (e.g. 1 x n_features).
-    input_shape : tuple (C, H, W) or None
-        How to reshape 2-D X. None: one square channel when n_features is a perfect square,
-        else a 1 x n_features image. 3-D (N, H, W) and 4-D (N, C, H, W) X are used as they are;
-        4-D (N, H, W, C) X with C in {1, 3} (channels last, as images load from files) is
+    input_shape : tuple (C, H, W), (C, L) or None
+        How to reshape 2-D X (to images, or with (C, L) to series). None: one square channel when
+        n_features is a perfect square, else a 1 x n_features image. 3-D X is series (n_cases,
+        n_channels, n_timepoints), the layout aeon, sktime and tslearn call numpy3D (images
+        (N, H, W) with input_shape=(1, H, W)); 4-D (N, C, H, W) X is used as it is; 4-D
+        (N, H, W, C) X with C in {1, 3} (channels last, as images load from files) is
         transposed to (N, C, H, W), and later X must come in the same layout. Inputs are
         standardised with the training data's mean and standard deviation: one pair for one
-        channel, one pair per channel for colour.
+        channel, one pair per channel for colour and multichannel series.
     optimizer : {"adam", "sgd", "rmsprop"}
     learning_rate : float
     momentum : float
@@ -173,58 +319,6 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         self.nesterov = nesterov
         self.recipe = recipe
 
-    # --- input handling -------------------------------------------------------------------------
-    def _validate_X(self, X, reset: bool, y=None):
-        kw: dict[str, Any] = dict(reset=reset, allow_nd=True, dtype=[np.float32, np.float64])
-        if y is None:
-            X = validate_data(self, X, **kw)
-        else:
-            X, y = validate_data(self, X, y, **kw)
-        if X.ndim not in (2, 3, 4):
-            raise ValueError(f"X must be 2-D (n_samples, n_features), 3-D or 4-D, got {X.ndim}-D")
-        return X, y
-
-    @staticmethod
-    def _is_channels_last(X: np.ndarray) -> bool:
-        return X.ndim == 4 and X.shape[3] in (1, 3) and X.shape[1] not in (1, 3)
-
-    def _resolve_shape(self, X: np.ndarray) -> tuple[int, int, int]:
-        if X.ndim == 4:
-            if self._is_channels_last(X):
-                return (X.shape[3], X.shape[1], X.shape[2])
-            return tuple(X.shape[1:])  # type: ignore[return-value]
-        if X.ndim == 3:
-            return (1,) + tuple(X.shape[1:])  # type: ignore[return-value]
-        n = X.shape[1]
-        if self.input_shape is not None:
-            shape = tuple(int(s) for s in self.input_shape)
-            if len(shape) != 3 or math.prod(shape) != n:
-                raise ValueError(f"input_shape {self.input_shape} does not hold {n} features")
-            return shape  # type: ignore[return-value]
-        side = math.isqrt(n)
-        return (1, side, side) if side * side == n else (1, 1, n)
-
-    def _images(self, X: np.ndarray, shape) -> np.ndarray:
-        """(N, C, H, W) float32, standardised with the mean/scale of the training data: one pair
-        for all pixels of one channel (so image structure is kept and unscaled 0..255 data
-        trains), one pair per channel for colour."""
-        c, h, w = shape
-        last = getattr(self, "channels_last_", False)
-        fitted = (h, w, c) if last else tuple(shape)
-        if X.ndim != 2 and tuple(X.shape[1:]) != fitted[4 - X.ndim:]:
-            raise ValueError(f"X has image shape {X.shape[1:]}, but {type(self).__name__} was "
-                             f"fitted on {fitted}" + (" (channels last)" if last else ""))
-        x: np.ndarray
-        if last:
-            # a copy (astype copies): X transposed back may be the caller's own array, scaled below
-            x = X.reshape(X.shape[0], h, w, c).transpose(0, 3, 1, 2).astype(np.float32, order="C")
-        else:
-            x = X.reshape((X.shape[0],) + tuple(shape)).astype(np.float32)
-        mean, scale = np.asarray(self.x_mean_, np.float64), np.asarray(self.x_scale_, np.float64)
-        x -= mean.astype(np.float32).reshape(-1, 1, 1)
-        x *= (1.0 / scale).astype(np.float32).reshape(-1, 1, 1)
-        return x
-
     _parameter_constraints: dict = {
         "architecture": [str],
         "input_shape": [tuple, list, None],
@@ -301,51 +395,10 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
             self._make_trainer(int(rng.integers(2**31)))
         self.input_shape_ = tuple(shape)
         # one mean and scale, or one per channel for colour (arrays of C)
-        self.x_mean_: float | np.ndarray = 0.0
-        self.x_scale_: float | np.ndarray = 1.0
+        self.x_mean_ = 0.0
+        self.x_scale_ = 1.0
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
-
-    def _make_trainer(self, seed: int) -> None:
-        h = self._settings()
-        kwargs: dict[str, Any] = {"lr": h["learning_rate"]}
-        if h["weight_decay"] is not None:
-            kwargs["weight_decay"] = h["weight_decay"]
-        if h["optimizer"] == "sgd":
-            kwargs.update(momentum=h["momentum"], nesterov=h["nesterov"])
-        self._optimizer = make_optimizer(h["optimizer"], self.net_, **kwargs)
-        self._trainer = Trainer(self.net_, self._optimizer, batch_size=h["batch_size"], seed=seed,
-                                progress=self.verbose > 0, shuffle=self.shuffle, augment=h["augment"],
-                                label_smoothing=h["label_smoothing"], lr_schedule=h["lr_schedule"])
-
-    def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
-        """One mean and std over all pixels (per channel for colour: arrays of C); with sample
-        weights, rows count by their weight (as if repeated)."""
-        if self.recipe == "airbench94":  # its network standardises with CIFAR-10's statistics
-            self.x_mean_, self.x_scale_ = 0.0, 255.0 if float(np.max(X)) > 1.0 else 1.0
-            return
-        c = self.input_shape_[0]
-        if c > 1:
-            last = self.channels_last_
-            planes = (X.reshape(len(X), *self.input_shape_[1:], c).transpose(3, 0, 1, 2) if last
-                      else X.reshape(len(X), c, -1).transpose(1, 0, 2)).reshape(c, len(X), -1)
-            means, stds = [], []
-            for p in planes:  # (N, H*W) of one channel
-                rows = p.astype(np.float64)
-                m = float(np.average(rows.mean(1), weights=w))
-                sd = float(np.sqrt(np.average(((rows - m) ** 2).mean(1), weights=w)))
-                means.append(m)
-                stds.append(sd if sd > 0 and np.isfinite(sd) else 1.0)
-            self.x_mean_, self.x_scale_ = np.array(means), np.array(stds)
-            return
-        if w is None:
-            std = float(np.std(X, dtype=np.float64))
-            self.x_mean_ = float(np.mean(X, dtype=np.float64))
-        else:
-            rows = X.reshape(len(X), -1).astype(np.float64)
-            self.x_mean_ = float(np.average(rows.mean(1), weights=w))
-            std = float(np.sqrt(np.average(((rows - self.x_mean_) ** 2).mean(1), weights=w)))
-        self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
 
     classes_: np.ndarray
 
@@ -404,8 +457,8 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
     def _fit_epochs(self, x, y, w, rng) -> None:
         x_val = y_val = None
         if self.early_stopping:  # split indices, so that the weights follow their rows
-            tr, val, _, _ = stratified_split(np.arange(len(y)), y, self.validation_fraction,
-                                             int(rng.integers(2**31)))
+            split = shuffled_split if self.regression else stratified_split
+            tr, val, _, _ = split(np.arange(len(y)), y, self.validation_fraction, int(rng.integers(2**31)))
             x, x_val, y, y_val = x[tr], x[val], y[tr], y[val]
             w = None if w is None else w[tr]
             self.validation_scores_: list[float] = []
@@ -474,35 +527,6 @@ class CNNClassifier(ClassifierMixin, TransformerMixin, BaseEstimator):  # type: 
         logits = self._logits(X)
         return self.classes_[np.argmax(logits, axis=1)]
 
-    def transform(self, X) -> np.ndarray:
-        """The learned features of X: the last hidden layer's output, the input of the final dense
-        layer, (n_samples, n_features_out) float32; for pipelines that put another model on top."""
-        check_is_fitted(self, "net_")
-        X, _ = self._validate_X(X, reset=False)
-        images = self._images(X, self.input_shape_)
-        with _threads(self.n_threads):
-            h = self.net_.forward(images, upto=-1)
-        return h.reshape(len(h), -1)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # weights and settings travel; the optimizer's state (momentum, Adam's moments, step count)
-        # only where a later fit continues from it (warm_start, partial_fit)
-        state = self.__dict__.copy()
-        if not (self.warm_start or state.get("_continues")):
-            state.pop("_optimizer", None)
-            state.pop("_trainer", None)
-        return state
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        # a fixed random_state gives the same bits on every run and any thread count (tested), which
-        # is what scikit-learn's consistency checks fix before they compare fits
-        tags.non_deterministic = False
-        tags.transformer_tags.preserves_dtype = []  # transform: float32 learned features
-        return tags
-
-
 def _drop_zero_weights(X, y, sample_weight):
     """Leave out the rows of weight 0 (exactly as if they were not given)."""
     if sample_weight is None:
@@ -514,6 +538,142 @@ def _drop_zero_weights(X, y, sample_weight):
     if not keep.any():
         raise ValueError("every sample weight is 0: nothing to train on")
     return X[keep], np.asarray(y)[keep], w[keep]
+
+
+class CNNRegressor(RegressorMixin, _CNNEstimator):
+    """Convolutional network regressor trained with numbacnn's Numba kernels: the network's last
+    layer gives one output per target, trained on the mean squared error (or Huber's loss) of the
+    targets standardised with the training targets' mean and standard deviation; ``predict``
+    maps them back; ``score`` is R^2 (averaged over the targets, as scikit-learn's).
+
+    Parameters as ``CNNClassifier``'s (architecture, input_shape, optimizer, learning_rate,
+    momentum, batch_size, max_epochs, shuffle, random_state, early_stopping with
+    validation_fraction, n_iter_no_change and tol, warm_start, verbose, n_threads, device,
+    augment, lr_schedule, weight_decay, nesterov), and:
+
+    loss : {"mse", "huber"}
+        The mean squared error (torch's ``MSELoss``) or Huber's loss (``HuberLoss``) on the
+        standardised targets.
+    huber_delta : float
+        Where Huber's loss turns from squared to linear, in standard deviations of the targets.
+
+    y may be (n_samples,) or (n_samples, n_targets); ``predict`` returns the same form.
+    With early stopping the validation loss decides (its best weights are kept).
+    """
+
+    regression = True
+    recipe = None  # the published recipes are classification recipes
+
+    def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
+                 optimizer: str = "adam", learning_rate: float = 1e-3, momentum: float = 0.9,
+                 batch_size: int = 32, max_epochs: int = 20, shuffle: bool = True,
+                 random_state: int | None = None, early_stopping: bool = False,
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-4,
+                 warm_start: bool = False, verbose: int = 0, n_threads: int | None = None,
+                 device: str = "cpu", augment: str | None = None, lr_schedule: str = "constant",
+                 weight_decay: float | None = None, nesterov: bool = False, loss: str = "mse",
+                 huber_delta: float = 1.0) -> None:
+        self.architecture = architecture
+        self.input_shape = input_shape
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.n_threads = n_threads
+        self.device = device
+        self.augment = augment
+        self.lr_schedule = lr_schedule
+        self.weight_decay = weight_decay
+        self.nesterov = nesterov
+        self.loss = loss
+        self.huber_delta = huber_delta
+
+    _parameter_constraints: dict = {
+        **{k: v for k, v in CNNClassifier._parameter_constraints.items()
+           if k not in ("class_weight", "label_smoothing", "tta", "recipe")},
+        "loss": [StrOptions({"mse", "huber"})],
+        "huber_delta": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def _check_params(self) -> None:
+        self._validate_params()
+        check_device(self.device)
+        Augment.parse(self.augment)
+
+    def _settings(self) -> dict[str, Any]:
+        names = [n for n in _RECIPE_PARAMS.values() if n not in ("label_smoothing", "tta")]
+        return {**{n: getattr(self, n) for n in names}, "loss": self.loss, "huber_delta": self.huber_delta}
+
+    def fit(self, X, y, sample_weight=None) -> CNNRegressor:
+        """Train on X (rows, images or series (n_cases, n_channels, n_timepoints)) and float
+        targets y (n_samples,) or (n_samples, n_targets); ``sample_weight`` weights each example's
+        loss (rows of weight 0 are left out)."""
+        self._check_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        warm = self.warm_start and hasattr(self, "net_")
+        X, y = self._validate_X(X, reset=not warm, y=y)
+        X, y, sample_weight = _drop_zero_weights(X, y, sample_weight)
+        y = np.asarray(y, np.float64)
+        self._y_1d = y.ndim == 1
+        targets = y.reshape(len(y), -1)
+        if not np.isfinite(targets).all():
+            raise ValueError("y contains NaN or infinity")
+        shape = self._resolve_shape(X)
+        if warm and (shape != self.input_shape_ or targets.shape[1] != self.n_outputs_):
+            raise ValueError("warm_start needs the same input shape and number of targets as the "
+                             "previous fit")
+        rng = np.random.default_rng(self.random_state)
+        w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+        if not warm:
+            self.n_outputs_ = targets.shape[1]
+            seed = int(rng.integers(2**31))
+            self.net_ = build_network(self.architecture, shape, self.n_outputs_, seed=seed, adapt=True,
+                                      regression=True).to(self.device)
+            self._make_trainer(int(rng.integers(2**31)))
+            self.input_shape_ = tuple(shape)
+            self.x_mean_ = 0.0
+            self.x_scale_ = 1.0
+            self.loss_curve_: list[float] = []
+            self.n_iter_ = 0
+            self.channels_last_ = self._is_channels_last(X)
+            self._set_scaling(X, w)
+            mean = np.average(targets, axis=0, weights=w)
+            std = np.sqrt(np.average((targets - mean) ** 2, axis=0, weights=w))
+            self.y_mean_, self.y_scale_ = mean, np.where(std > 0, std, 1.0)
+        z = ((targets - self.y_mean_) / self.y_scale_).astype(np.float32)
+        with _threads(self.n_threads):
+            self.n_threads_ = _config.get_num_threads()
+            self._trainer.target_scale = (self.y_mean_, self.y_scale_)
+            self._fit_epochs(self._images(X, shape), z, w, rng)
+        return self
+
+    _fit_epochs = CNNClassifier._fit_epochs
+
+    def predict(self, X) -> np.ndarray:
+        check_is_fitted(self, "net_")
+        X, _ = self._validate_X(X, reset=False)
+        x = self._images(X, self.input_shape_)
+        with _threads(self.n_threads):
+            z = np.concatenate([self.net_.forward(x[lo:lo + 256], training=False)
+                                for lo in range(0, len(x), 256)]).astype(np.float64)
+        out = z * self.y_scale_ + self.y_mean_
+        return out[:, 0] if self._y_1d else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        return tags
 
 
 class _Stopping(Callback):
@@ -531,8 +691,8 @@ class _Stopping(Callback):
         est = self.est
         est.loss_curve_.append(float(stats["train_loss"]))
         est.n_iter_ += 1
-        if "val_accuracy" in stats:
-            score = stats["val_accuracy"]
+        if "val_accuracy" in stats or "val_rmse" in stats:  # regression: the lower loss wins
+            score = stats["val_accuracy"] if "val_accuracy" in stats else -stats["val_loss"]
             est.validation_scores_.append(score)
             if score > est.best_validation_score_ + est.tol:
                 est.best_validation_score_, self.stall = score, 0
@@ -550,7 +710,7 @@ class _Stopping(Callback):
             trainer.net.load_state_dict(self.best_params)
 
 
-__all__ = ["CNNClassifier"]
+__all__ = ["CNNClassifier", "CNNRegressor"]
 
 
 # __init__'s defaults, which a recipe's hyperparameters may replace (CNNClassifier._settings)

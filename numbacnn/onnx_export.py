@@ -115,15 +115,16 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
     elif hasattr(model, "net_"):
         net = model.net_
         shape = tuple(model.input_shape_)
-        c, hh, ww = shape
         last = getattr(model, "channels_last_", False)
         nums = onnx.numpy_helper
         # the estimator's scaling: one (mean, 1/scale) pair, or one per channel, shaped (C, 1, 1)
-        mean = np.asarray(model.x_mean_, np.float64).astype(np.float32).reshape(-1, 1, 1)
-        inv = (1.0 / np.asarray(model.x_scale_, np.float64)).astype(np.float32).reshape(-1, 1, 1)
+        # for images, (C, 1) for series
+        axes = (-1,) + (1,) * (len(shape) - 1)
+        mean = np.asarray(model.x_mean_, np.float64).astype(np.float32).reshape(axes)
+        inv = (1.0 / np.asarray(model.x_scale_, np.float64)).astype(np.float32).reshape(axes)
         inits = [nums.from_array(mean, "x_mean"), nums.from_array(inv, "x_inv_scale"),
-                 nums.from_array(np.array((-1, hh, ww, c) if last else (-1,) + shape, np.int64),
-                                 "image_shape")]
+                 nums.from_array(np.array((-1, shape[1], shape[2], shape[0]) if last else (-1,) + shape,
+                                          np.int64), "image_shape")]
         nodes = [h.make_node("Reshape", ["X", "image_shape"], ["rows_as_images"], name="to_images")]
         if last:  # (N, H, W, C) rows -> (N, C, H, W)
             nodes.append(h.make_node("Transpose", ["rows_as_images"], ["nchw"], name="to_nchw",
@@ -132,15 +133,22 @@ def to_onnx(model: Any, input_shape: tuple[int, int, int] | None = None) -> Any:
                               name="centre"),
                   h.make_node("Mul", ["centred", "x_inv_scale"], ["images"], name="scale")]
         more, more_inits, out = _network_nodes(net, "images", onnx, len(shape) - 1)
-        nodes += more + [h.make_node("Softmax", [out], ["probabilities"], name="softmax", axis=1)]
-        graph = h.make_graph(nodes, "numbacnn_classifier",
+        meta = {"architecture": str(net.architecture)}
+        if getattr(model, "regression", False):  # the standardised targets mapped back
+            inits += [nums.from_array(np.asarray(model.y_scale_, np.float32).reshape(1, -1), "y_scale"),
+                      nums.from_array(np.asarray(model.y_mean_, np.float32).reshape(1, -1), "y_mean")]
+            nodes += more + [h.make_node("Mul", [out, "y_scale"], ["scaled"], name="unscale"),
+                             h.make_node("Add", ["scaled", "y_mean"], ["predictions"], name="uncentre")]
+            result = h.make_tensor_value_info("predictions", T.FLOAT, ["N", model.n_outputs_])
+        else:
+            nodes += more + [h.make_node("Softmax", [out], ["probabilities"], name="softmax", axis=1)]
+            result = h.make_tensor_value_info("probabilities", T.FLOAT, ["N", len(model.classes_)])
+            meta["classes"] = json.dumps([c.item() if hasattr(c, "item") else str(c) for c in model.classes_])
+        graph = h.make_graph(nodes, "numbacnn_estimator",
                              [h.make_tensor_value_info("X", T.FLOAT, ["N", int(np.prod(shape))])],
-                             [h.make_tensor_value_info("probabilities", T.FLOAT, ["N", len(model.classes_)])],
-                             inits + more_inits)
-        meta = {"architecture": str(net.architecture),
-                "classes": json.dumps([c.item() if hasattr(c, "item") else str(c) for c in model.classes_])}
+                             [result], inits + more_inits)
     else:
-        raise ValueError("expected a numbacnn Sequential or a fitted CNNClassifier, got "
+        raise ValueError("expected a numbacnn Sequential or a fitted CNNClassifier or CNNRegressor, got "
                          f"{type(model).__name__}")
     opsets = [h.make_opsetid("", OPSET)]
     # the oldest IR version that opset needs (8), not the onnx package's newest: an onnxruntime

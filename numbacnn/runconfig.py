@@ -15,7 +15,7 @@ from ._text import plural
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
-from .data import Dataset, is_image_folder, load_dataset, stratified_split
+from .data import Dataset, is_image_folder, load_dataset, shuffled_split, stratified_split
 from .layers import Normalize
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
@@ -143,6 +143,15 @@ class RunConfig:
     augment: str = "none"
     label_smoothing: float = 0.0
     early_stopping: int = 0  # patience in epochs; 0: off
+    target_scale: tuple[float, float] = (0.0, 1.0)  # regression: the training targets' (mean, std)
+
+    @property
+    def regress(self) -> bool:
+        return self.ds.task == "regress"
+
+    def test_targets(self) -> np.ndarray:
+        """The test labels, or the test targets standardised as the training targets are."""
+        return _standardised(self.ds.y_test, self.target_scale) if self.regress else self.ds.y_test
 
     def checkpoint_meta(self, trainer_state: dict[str, Any]) -> dict[str, Any]:
         """The ``training`` metadata a checkpoint stores, for ``--resume``."""
@@ -152,6 +161,11 @@ class RunConfig:
                 "data_fingerprint": self.fingerprint, "trainer": trainer_state,
                 "lr_schedule": self.schedule, "augment": self.augment,
                 "label_smoothing": self.label_smoothing, "early_stopping": self.early_stopping}
+
+
+def _standardised(y: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
+    """Regression targets (N,) as float32 (N, 1), standardised by scale = (mean, std)."""
+    return ((np.asarray(y, np.float64).reshape(len(y), -1) - scale[0]) / scale[1]).astype(np.float32)
 
 
 def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tuple[Any, dict[str, Any]]:
@@ -212,8 +226,16 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
     epochs = args.epochs or tmeta.get("epochs") or recipe["epochs"]
     batch_size = tmeta.get("batch_size") or args.batch_size or recipe["batch_size"]
     x_tr, y_tr, x_val, y_val = ds.x_train, ds.y_train, None, None
+    regress = ds.task == "regress"
     if val_size > 0:
-        x_tr, x_val, y_tr, y_val = stratified_split(x_tr, y_tr, val_size, seed)
+        split = shuffled_split if regress else stratified_split
+        x_tr, x_val, y_tr, y_val = split(x_tr, y_tr, val_size, seed)
+    target_scale = (0.0, 1.0)
+    if regress:  # targets standardised with the training part's mean and std; the reports undo it
+        mean, std = float(np.mean(y_tr, dtype=np.float64)), float(np.std(y_tr, dtype=np.float64))
+        target_scale = (mean, std if std > 0 else 1.0)
+        y_tr = _standardised(y_tr, target_scale)
+        y_val = None if y_val is None else _standardised(y_val, target_scale)
 
     if resume:
         net = resume.net.to(args.device)
@@ -225,7 +247,8 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         # colour images and series: each channel standardised with the training part's statistics, inside
         # the network (so prediction, evaluation and ONNX apply them too)
         norm = Normalize.fit(x_tr) if ds.input_shape[0] == 3 or ds.is_series else None
-        net = build_network(arch, ds.input_shape, ds.n_classes, seed=seed, normalize=norm).to(args.device)
+        net = build_network(arch, ds.input_shape, 1 if regress else ds.n_classes, seed=seed, normalize=norm,
+                            regression=regress).to(args.device)
         net.classes = ds.classes
         opt = _new_optimizer(args, opt_name, net, recipe)
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
@@ -238,9 +261,13 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
             raise UsageError(f"--augment: {e}") from None
     smoothing = tmeta.get("label_smoothing", recipe.get("label_smoothing", 0.0)
                           if args.label_smoothing is None else args.label_smoothing)
+    if regress:
+        if args.label_smoothing:
+            raise UsageError("--label-smoothing is for classification; the data holds regression targets")
+        smoothing = 0.0
     patience = tmeta.get("early_stopping", args.early_stopping)
     if patience and val_size <= 0:
         raise UsageError("--early-stopping needs validation data: give --val-size (e.g. 0.1)")
     return RunConfig(ds, arch, opt_name, seed, test_size, val_size, epochs, batch_size, schedule,
                      fingerprint, x_tr, y_tr, x_val, y_val, net, opt,
-                     tmeta["trainer"] if resume else None, augment, smoothing, patience)
+                     tmeta["trainer"] if resume else None, augment, smoothing, patience, target_scale)

@@ -56,8 +56,10 @@ def test_string_labels_images_and_non_square_features(digits):
     # names that sort like the digits, so both fits encode the classes alike and train identically
     names = np.array([f"{i}:{w}" for i, w in enumerate(
         ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])])
-    clf_int = CNNClassifier(**SMALL).fit(X[:300].reshape(-1, 8, 8), y[:300])
-    clf = CNNClassifier(**SMALL).fit(X[:300].reshape(-1, 8, 8), names[y[:300]])
+    # 3-D X is series (n_cases, n_channels, n_timepoints); (N, H, W) images by their input_shape
+    images = {**SMALL, "input_shape": (1, 8, 8)}
+    clf_int = CNNClassifier(**images).fit(X[:300].reshape(-1, 8, 8), y[:300])
+    clf = CNNClassifier(**images).fit(X[:300].reshape(-1, 8, 8), names[y[:300]])
     np.testing.assert_array_equal(clf.classes_, names)
     np.testing.assert_array_equal(clf.predict(X[300:400].reshape(-1, 8, 8)),
                                   names[clf_int.predict(X[300:400].reshape(-1, 8, 8))])
