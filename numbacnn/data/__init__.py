@@ -404,7 +404,7 @@ class Options:
     fill_missing: float | None = None
 
     def given(self) -> set[str]:
-        return {k for k, v in self.__dict__.items() if v not in (None, False) and k != "progress"}
+        return {k for k, v in self.__dict__.items() if v is not None and v is not False and k != "progress"}
 
 
 @dataclass
