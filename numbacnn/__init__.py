@@ -10,6 +10,7 @@ from .layers import (
     AvgPool2D,
     BatchNorm1D,
     BatchNorm2D,
+    Concat,
     Conv1D,
     Conv2D,
     Dense,
@@ -61,5 +62,5 @@ __all__ = [
     "set_num_threads", "softmax_cross_entropy", "export_onnx",
     "AdamW", "Augment", "GELU", "BatchNorm1D", "BatchNorm2D", "GlobalAvgPool2D", "Normalize", "Residual",
     "Scale", "DepthwiseConv2D", "HardSigmoid", "HardSwish", "ReLU6", "Sigmoid", "SiLU",
-    "AvgPool1D", "Conv1D", "DepthwiseConv1D", "GlobalAvgPool1D", "GlobalMaxPool1D", "MaxPool1D",
+    "AvgPool1D", "Concat", "Conv1D", "DepthwiseConv1D", "GlobalAvgPool1D", "GlobalMaxPool1D", "MaxPool1D",
 ]

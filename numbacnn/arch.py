@@ -99,6 +99,21 @@ PRESETS["fcn"] = ("conv1d(128,8,padding=same),bn,relu,conv1d(256,5,padding=same)
 PRESETS["resnet1d"] = ",".join(
     f"res(conv1d({c},8,padding=same),bn,relu,conv1d({c},5,padding=same),bn,relu,conv1d({c},3,padding=same),bn),relu"
     for c in (64, 128, 128)) + ",gap"
+
+
+def _inception_modules(n: int = 6, filters: int = 32, kernels: tuple[int, ...] = (40, 20, 10),
+                       bottleneck: int = 32) -> list[str]:
+    """InceptionTime's network (Fawaz et al. 2020): ``n`` Inception modules, each a 1x1 bottleneck
+    feeding convolutions of ``kernels`` beside a max pool and 1x1 convolution, concatenated
+    (4 x ``filters`` channels), BatchNorm and ReLU; a residual block around every three modules
+    (a 1x1 projection and BatchNorm where the channels change)."""
+    convs = "|".join(f"conv1d({filters},{k},padding=same,bias=False)" for k in kernels)
+    module = (f"cat(conv1d({bottleneck},1,bias=False),cat({convs})|"
+              f"maxpool1d(3,stride=1,padding=1),conv1d({filters},1,bias=False)),bn,relu")
+    return [f"res({','.join([module] * 3)}),relu" for _ in range(n // 3)]
+
+
+PRESETS["inceptiontime"] = ",".join([*_inception_modules(), "gap"])
 # MNIST-1D's CNN (Greydanus 2020): three strided convolutions of 25 channels, a dense classifier
 PRESETS["mnist1dcnn"] = ("conv1d(25,5,stride=2,padding=1),relu,conv1d(25,3,stride=2,padding=1),relu,"
                          "conv1d(25,3,stride=2,padding=1),relu")
@@ -135,7 +150,7 @@ class LayerSpec:
     token: str = ""
 
 
-def _split_top(text: str) -> list[str]:
+def _split_top(text: str, sep: str = ",") -> list[str]:
     parts: list[str] = []
     cur: list[str] = []
     depth = 0
@@ -146,7 +161,7 @@ def _split_top(text: str) -> list[str]:
             depth -= 1
             if depth < 0:
                 raise ArchitectureError(f"unbalanced ')' in architecture {text!r}")
-        if ch == "," and depth == 0:
+        if ch == sep and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
@@ -182,6 +197,18 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
         kind, argtext = m.group(1).lower(), m.group(2)
         if kind in TOKENS:
             kind = TOKENS[kind].token  # type: ignore[assignment]  # an alias: the token itself
+        if kind == "cat":
+            parts = _split_top(argtext or "", "|")
+            if len(parts) < 2 or not all(p.strip() for p in parts):
+                raise ArchitectureError(f"cat needs two or more branches of layers separated by '|' at "
+                                        f"{where}, e.g. cat(conv1d(32,9,padding=same) | "
+                                        f"maxpool1d(3,stride=1,padding=1),conv1d(32,1))")
+            try:
+                branches = [parse_architecture(p) for p in parts]
+            except ArchitectureError as e:
+                raise ArchitectureError(f"in the concatenation at {where}: {e}") from None
+            out.append(LayerSpec("cat", {"branches": branches}, token.strip()))
+            continue
         if kind == "res":
             if argtext is None or not argtext.strip():
                 raise ArchitectureError(f"res needs the layers of its body at {where}, "

@@ -109,6 +109,11 @@ def _step_memory(net: Any, shape: Shape, batch_size: int, optimizer: str) -> dic
     twin.backward(d, need_input_grad=False)
     parts = {"parameters": int(twin.params.nbytes), "gradients": int(twin.grads.nbytes),
              "optimizer state": sum(int(v.nbytes) for v in opt.state.values()),
-             "activations and workspaces": sum(int(b.nbytes) for layer in twin.all_layers()
-                                               for b in layer._buffers.values())}
+             "activations and workspaces": sum(_nbytes(layer._buffers) for layer in twin.all_layers())}
     return {**parts, "total": sum(parts.values())}
+
+
+def _nbytes(ws: Any) -> int:
+    """Bytes of a workspace's arrays, those of the workspaces nested in it (a plan's inner plan's)
+    included."""
+    return sum(int(v.nbytes) if hasattr(v, "nbytes") else _nbytes(v) for v in ws.values())

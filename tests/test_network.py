@@ -195,10 +195,12 @@ SPECS = {
                 "hardswish,dwconv(3,dilation=2,padding=same),relu6,conv(12,(3,2),groups=4,padding=((1,0),(0,1))),"
                 "silu,conv(8,(3,2),stride=2,padding=((1,0),(0,1))),relu,dense(20),sigmoid", (3, 12, 11)),
     # series: 1-D convolutions (same, causal and dilated, strided, grouped, depthwise), BatchNorm over
-    # (N, C, L), a residual block with a 1-D projection, the 1-D pools
+    # (N, C, L), a residual block with a 1-D projection, the 1-D pools, nested concatenations
     "series": ("conv1d(32,8,padding=same),bn,relu,maxpool1d(3,stride=2,padding=1),"
                "res(conv1d(64,5,stride=2,padding=2),bn,relu,conv1d(64,3,padding=causal,dilation=2),bn),relu,"
-               "dwconv1d(3,padding=same),avgpool1d(2),conv1d(16,3,groups=4),relu,gmp", (3, 75)),
+               "dwconv1d(3,padding=same),avgpool1d(2),conv1d(16,3,groups=4),relu,"
+               "cat(conv1d(8,1),cat(conv1d(8,9,padding=same)|conv1d(8,4,padding=same))|maxpool1d(3,stride=1,padding=1)),"
+               "bn,relu,gmp", (3, 75)),
 }
 rng = np.random.default_rng(0)
 for name, (spec, shape) in SPECS.items():

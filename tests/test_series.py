@@ -173,3 +173,63 @@ def test_onnx_export_of_a_series_net_matches_onnxruntime(rng, tmp_path):
     export_onnx(net, path)
     got = ort.InferenceSession(path).run(None, {"input": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_branch_concatenations_match_torch_autograd(seed):
+    """Random 1-D nets with parallel branches (nested concatenations, strides, dilations, causal
+    and per-side padding, groups, pools beside convolutions) and a residual block: loss, every
+    parameter gradient and dL/dx equal torch autograd's in float64 within float32 rounding."""
+    torch = pytest.importorskip("torch")
+    from numbacnn.bench import torch_twin
+
+    rng = np.random.default_rng(seed)
+
+    def conv(c):
+        k, d = int(rng.integers(1, 8)), int(rng.integers(1, 3))
+        pad = ["same", "causal", f"({int(rng.integers(0, 4))},{(k - 1) * d - 0})"][int(rng.integers(0, 3))]
+        if pad.startswith("("):
+            left = int(pad[1:].split(",")[0])
+            pad = f"({left},{(k - 1) * d - left})" if (k - 1) * d >= left else "same"
+        g = 2 if c % 2 == 0 and rng.integers(0, 2) else 1
+        return f"conv1d({c},{k},padding={pad},dilation={d},groups={g})"
+
+    inner = f"cat({conv(4)}|{conv(6)},relu)"
+    spec = (f"conv1d(8,3,padding=same),cat({conv(4)},{inner}|maxpool1d(3,stride=1,padding=1),{conv(2)}"
+            f"|avgpool1d(3,stride=1,padding=1)),bn,relu,res({conv(22)},bn,relu),gmp")
+    net = build_network(spec, (3, 27), 4, seed=seed)
+    assert any(isinstance(la, nc.Concat) for la in net.layers)
+    x = rng.standard_normal((5, 3, 27)).astype(np.float32)
+    y = rng.integers(0, 4, 5)
+    loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
+    dx = net.backward(d)
+    twin = torch_twin(net).double().train()
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    tloss = torch.nn.functional.cross_entropy(twin(xt), torch.from_numpy(y))
+    tloss.backward()
+    assert loss == pytest.approx(tloss.item(), rel=1e-5), spec
+    assert list(net.grad_dict()) == [k for k, _ in twin.named_parameters()]  # torch's names, nested
+    for (key, g), p in zip(net.grad_dict().items(), twin.parameters()):
+        np.testing.assert_allclose(g, p.grad.numpy().reshape(g.shape), rtol=1e-3, atol=2e-5, err_msg=key)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-3, atol=1e-6)
+
+
+def test_concat_checks_checkpoints_onnx_and_the_inceptiontime_preset(tmp_path, rng):
+    with pytest.raises(ArchitectureError, match="cat needs two or more branches"):
+        build_network("cat(conv1d(4,3))", (1, 20), 2)
+    with pytest.raises(ArchitectureError, match="must agree on every axis but the channels"):
+        build_network("cat(conv1d(4,3)|conv1d(4,3,padding=same))", (1, 20), 2)
+    net = build_network("inceptiontime", (2, 48), 3, seed=0)
+    blocks = [la for la in net.layers if isinstance(la, nc.Residual)]
+    assert len(blocks) == 2 and sum(isinstance(la, nc.Concat) for la in blocks[0].body) == 3
+    kernels = sorted({la.kernel for la in net.all_layers() if isinstance(la, nc.Conv1D)})
+    assert kernels == [1, 10, 20, 40]
+    x = rng.standard_normal((4, 2, 48)).astype(np.float32)
+    want = net.forward(x).copy()
+    nc.save(net, str(tmp_path / "it.npz"))
+    np.testing.assert_array_equal(nc.load(str(tmp_path / "it.npz")).forward(x), want)
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    nc.export_onnx(net, str(tmp_path / "it.onnx"))
+    got = ort.InferenceSession(str(tmp_path / "it.onnx")).run(None, {"input": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

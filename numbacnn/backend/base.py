@@ -320,6 +320,10 @@ class Backend:
         (the first, on ties) is the label."""
         launch(self.kernels.step_stats, stats, losses, logits, y)
 
+    def copy(self, dst, src) -> None:
+        """dst[...] = src for 4-D arrays of one shape, either a strided view (a slice of channels)."""
+        launch(self.kernels.copy_strided, dst, src)
+
     def regression_loss(self, dout, losses, out, target, delta: float = 0.0) -> None:
         """losses (N,) float64 per example and dout (N, K), the gradient of the batch mean of
         squared errors (``delta`` 0) or Huber losses of ``out`` against ``target``."""

@@ -8,12 +8,13 @@ import numpy as np
 
 from .base import Builder, Layer, Shape, layer_from_config, register
 from .batchnorm import BatchNorm1D, BatchNorm2D
+from .block import Block
 from .conv import Conv2D
 from .conv1d import Conv1D
 
 
 @register
-class Residual(Layer):
+class Residual(Block):
     """A residual block: output = body(x) + shortcut(x), as in ResNets.
 
     ``layers``: the body, applied in order; ``shortcut``: None for the identity, or layers (e.g. a
@@ -102,54 +103,6 @@ class Residual(Layer):
     def paths(self) -> list[tuple[str, list[Layer]]]:
         return [("body", self.body)] + ([("shortcut", self.shortcut)] if self.shortcut else [])
 
-    def sublayers(self) -> list[Layer]:
-        return self.body + (self.shortcut or [])
-
-    def _named(self) -> list[tuple[str, Layer]]:
-        return [(f"{p}.{j}", layer) for p, path in self.paths() for j, layer in enumerate(path)]
-
-    def set_name(self, name: str) -> None:
-        """Name this block and its layers ("layer 3 (...)", "layer 3.body.0 (Conv2D(...))")."""
-        self.name = name
-        head = name.split(" (")[0]
-        for key, layer in self._named():
-            layer.set_name(f"{head}.{key} ({layer!r})")
-
-    # --- parameters, buffers --------------------------------------------------------------------
-    def param_shapes(self) -> dict[str, Shape]:
-        return {f"{key}.{p}": s for key, layer in self._named() for p, s in layer.param_shapes().items()}
-
-    def bind(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray],
-             net_views: bool = False) -> None:
-        for key, layer in self._named():
-            names = layer.param_shapes()
-            layer.bind({p: params[f"{key}.{p}"] for p in names},
-                       {p: grads[f"{key}.{p}"] for p in names}, net_views)
-        self._net_views = net_views
-
-    def reset_parameters(self, rng: np.random.Generator) -> None:
-        for layer in self.sublayers():
-            layer.reset_parameters(rng)
-
-    def _owner(self, name: str) -> tuple[Layer, str]:
-        """The layer inside holding parameter ``name`` ("body.0.weight"), and its own name for it."""
-        for key, layer in self._named():
-            if name.startswith(key + "."):
-                return layer, name[len(key) + 1:]
-        raise KeyError(name)
-
-    def is_frozen(self, name: str) -> bool:
-        layer, own = self._owner(name)
-        return layer.is_frozen(own)
-
-    def _set_frozen(self, names: tuple[str, ...], flag: bool) -> None:
-        for name in names:
-            layer, own = self._owner(name)
-            layer._set_frozen((own,), flag)
-
-    def named_buffers(self) -> dict[str, Any]:
-        return {f"{key}.{k}": v for key, layer in self._named() for k, v in layer.named_buffers().items()}
-
     # --- computation --------------------------------------------------------------------------
     def output_shape(self, in_shape: Shape) -> Shape:
         shapes = []
@@ -164,21 +117,6 @@ class Residual(Layer):
                              f"the shortcut gives (N, {', '.join(map(str, short))}); the paths must "
                              f"agree (give the block a shortcut, e.g. a strided 1x1 conv)")
         return shapes[0]
-
-    def macs(self, in_shape: Shape) -> int:
-        total = 0
-        for _, path in self.paths():
-            shape = in_shape
-            for layer in path:
-                total += layer.macs(shape)
-                shape = layer.output_shape(shape)
-        return total
-
-    def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
-        return self._run(x, training, False)
-
-    def infer(self, x: np.ndarray) -> np.ndarray:
-        return self._run(x, False, True)
 
     def _run(self, x: np.ndarray, training: bool, inference: bool) -> np.ndarray:
         out_shape = self._check_input(x)

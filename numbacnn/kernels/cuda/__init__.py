@@ -14,6 +14,7 @@ if not hasattr(_np, "row_stack"):  # numba-cuda (0.30) registers np.row_stack, w
 
 from .activations import (
                           add,
+                          copy_strided,
                           relu_backward,
                           relu_forward,
                           tanh_backward,
@@ -43,6 +44,7 @@ from .pool import (
 _warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization")
 
 __all__ = [
+    "copy_strided",
     "add", "batchnorm_backward", "batchnorm_fold", "batchnorm_forward_eval",
     "batchnorm_forward_train",
     "global_avgpool2d_backward", "global_avgpool2d_forward", "normalize_backward", "normalize_forward",
