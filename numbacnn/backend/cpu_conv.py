@@ -99,7 +99,7 @@ class CpuConvPlan(ConvPlan):
                  need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         x = ws["x"]
         n = x.shape[0]
-        chunks = _config.grad_parts(n)
+        chunks = self.grad_parts(ws, n)
         g = self.geometry
         dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
         dw_parts = ws.buf("dw_parts", (chunks, g.out_channels, g.ckk))
@@ -113,6 +113,11 @@ class CpuConvPlan(ConvPlan):
     def _backward(self, ws: Workspace, dx, dw_parts, db_parts, dy, weight, need_dx: bool, need_dw: bool,
                   relu: bool, pool: Pair | None) -> None:
         raise NotImplementedError
+
+    def grad_parts(self, ws: Workspace, n: int) -> int:
+        """The weight gradient's parts for a batch of n (_config.grad_parts; a plan whose forward
+        splits the batch itself keeps its split)."""
+        return _config.grad_parts(n)
 
     def pooled_y(self, ws: Workspace, pool: Pair | None) -> np.ndarray:
         """The backward kernels' y: the conv output, or with a fused pool (whose argmax marks
@@ -472,8 +477,24 @@ def wide_blocks(g: ConvGeometry, shape: tuple[int, ...]) -> int:
     return min(g.out_channels, -(-MIN_BLOCKS // shape[0]))
 
 
+# The "gemm" plan splits a batch into parts of whole examples (part_bounds) whose im2col columns
+# make one GEMM: about GEMM_PART_COLUMNS output positions a part at least (a 1-D layer's 10 or 20
+# positions an example: one GEMM of several examples, not one tiny GEMM each; 1.7x faster steps of
+# MNIST-1D's CNN on the Zen 5, docs/performance.md), at most _config.grad_parts of them (images of
+# 64 positions and more: one example a part, as before).
+GEMM_PART_COLUMNS = 64
+
+
+def gemm_parts(g: ConvGeometry, shape: tuple[int, ...]) -> int:
+    """Parts of the batch in the "gemm" plan, from the shapes only (never the thread count)."""
+    n, _, h, w = shape
+    oh, ow = g.out_hw(h, w)
+    return max(1, min(_config.grad_parts(n), n * oh * ow // GEMM_PART_COLUMNS))
+
+
 class GemmPlan(CpuConvPlan):
-    """Strided convolutions with short filters: gathered im2col columns, cached for the backward."""
+    """Strided convolutions with short filters: gathered im2col columns of a part of the batch side
+    by side, one GEMM a part, the columns cached for the backward (which keeps the parts)."""
 
     name = "gemm"
     fuses_pool = False
@@ -483,15 +504,21 @@ class GemmPlan(CpuConvPlan):
         ws["x"] = x
         y, _ = self.outputs(ws, x, None)
         g = self.geometry
-        cols = ws.buf("cols", (x.shape[0], g.ckk, y.shape[2] * y.shape[3]))
-        launch(K.conv2d_forward_gemm, y, cols, x, weight, bias, *g.stride, *g.padding, relu)
+        parts = gemm_parts(g, x.shape)
+        ld = -(-x.shape[0] // parts) * y.shape[2] * y.shape[3]  # the largest part's columns
+        cols = ws.buf("cols", (parts, g.ckk, ld))
+        ytmp = ws.buf("ytmp", (parts, g.out_channels, ld))
+        launch(K.conv2d_forward_gemm, y, cols, ytmp, x, weight, bias, *g.stride, *g.padding, relu)
         return y
+
+    def grad_parts(self, ws: Workspace, n: int) -> int:
+        return ws["cols"].shape[0]
 
     def _backward(self, ws, dx, dw_parts, db_parts, dy, weight, need_dx, need_dw, relu, pool) -> None:
         g = self.geometry
-        chunks, positions = dw_parts.shape[0], dy.shape[2] * dy.shape[3]
-        g_tmp = ws.buf("g_tmp", (chunks, g.out_channels, positions) if relu else (chunks, 1, 1))
-        dcols = ws.buf("dcols", (chunks, g.ckk, positions) if need_dx else (chunks, 1, 1))
+        chunks, ld = dw_parts.shape[0], ws["cols"].shape[2]
+        g_tmp = ws.buf("g_tmp", (chunks, g.out_channels, ld))
+        dcols = ws.buf("dcols", (chunks, g.ckk, ld) if need_dx else (chunks, 1, 1))
         launch(K.conv2d_backward_gemm, dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
                *g.stride, *g.padding, need_dx, need_dw, relu)
 
