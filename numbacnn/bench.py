@@ -38,7 +38,8 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "airbench94": (3, 32, 32), "mobilenetv2": (3, 32, 32), "mobilenetv1-025": (3, 96, 96),
     "dscnn": (1, 49, 10),
     # series (C, L): Wang et al.'s FCN and ResNet at GunPoint's length, MNIST-1D's CNN at its 40
-    "fcn": (1, 150), "resnet1d": (1, 150), "series": (1, 150), "mnist1dcnn": (1, 40)}
+    "fcn": (1, 150), "resnet1d": (1, 150), "series": (1, 150), "inceptiontime": (1, 150),
+    "mnist1dcnn": (1, 40)}
 
 
 def input_shape(net: str) -> tuple[int, ...]:
