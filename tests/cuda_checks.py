@@ -11,6 +11,7 @@ from numba import cuda
 
 import numbacnn as nc
 from numbacnn.backend.cuda_conv import GatherPlan, TiledPlan
+from numbacnn.kernels import cpu as KC_cpu
 from numbacnn.kernels import cuda as KC
 from numbacnn.kernels.cuda.conv2d_tiled import dw_chunks
 from numbacnn.layers.base import Fusion
@@ -369,6 +370,38 @@ def test_modern_layers_and_recipe_train_the_same_on_both_devices():
     for k in states[0]:
         np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_series_layers_and_regression_train_the_same_on_both_devices():
+    """1-D convolutions (same, causal with dilation: the grouped plan, strided), BatchNorm over
+    (N, C, L), the 1-D pools, a concatenation of branches (the copy kernel) and global max pooling,
+    trained on a regression loss (MSE, then Huber): a Trainer epoch on both devices gives the same
+    weights and statistics, and the regression kernels the same losses."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 2, 12)).astype(np.float32)
+    y = rng.standard_normal((6, 2)).astype(np.float32)
+    spec = ("conv1d(3,4,padding=same),bn,relu,cat(conv1d(2,3,padding=causal,dilation=2)|avgpool1d(3,stride=1,"
+            "padding=1)),maxpool1d(2),conv1d(2,3,stride=2,padding=1),relu,gmp")
+    for loss in ("mse", "huber"):
+        states = []
+        for device in ("cpu", "cuda"):
+            net = nc.build_network(spec, (2, 12), 2, seed=0, regression=True).to(device)
+            tr = nc.Trainer(net, nc.SGD(net, lr=0.05, momentum=0.9), batch_size=4, progress=False,
+                            loss=loss, huber_delta=0.5)
+            tr.fit(x, y, 1)
+            states.append(net.state_dict())
+        for k in states[0]:
+            np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{loss} {k}")
+    out = rng.standard_normal((5, 3)).astype(np.float32)
+    t = rng.standard_normal((5, 3)).astype(np.float32)
+    for delta in (0.0, 0.5):
+        d_cpu, l_cpu = np.empty((5, 3), np.float32), np.empty(5)
+        KC_cpu.regression_loss(d_cpu, l_cpu, out, t, delta)
+        dd, ll = cuda.device_array((5, 3), np.float32), cuda.device_array(5, np.float64)
+        KC.regression_loss(dd, ll, cuda.to_device(out), cuda.to_device(t), delta)
+        np.testing.assert_allclose(host(dd), d_cpu, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(host(ll), l_cpu, rtol=1e-12)
 
 
 def test_batchnorm_fold_kernel_matches_the_oracle():
