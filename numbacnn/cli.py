@@ -606,8 +606,9 @@ def run_summary(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m numbacnn summary",
                 description="Print a network's layers, parameters, multiply-adds and step memory.")
     p.add_argument("--arch", default=DEFAULT_ARCH, help="as train.py --arch")
-    p.add_argument("--input", type=_sizes("C,H,W", (3,), "1,28,28"), metavar="C,H,W",
-                   help="per-example input shape (needed with --arch; default with --checkpoint: its own)")
+    p.add_argument("--input", type=_sizes("C,H,W or C,L", (2, 3), "1,28,28 or 1,150"), metavar="C,H,W",
+                   help="per-example input shape, images C,H,W or series C,L (needed with --arch; default "
+                   "with --checkpoint: its own)")
     p.add_argument("--classes", type=_number(int, 2, False, MAX_COUNT), default=10,
                    help="output classes (default 10)")
     p.add_argument("--batch-size", type=_number(int, 1, False, MAX_COUNT), default=64,
