@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -90,6 +91,7 @@ def save(net: Sequential, path: str, optimizer=None, **meta: Any) -> None:
         "architecture": net.architecture,
         "input_shape": list(net.input_shape) if net.input_shape else None,
         "classes": list(net.classes) if net.classes else None,
+        "target_scale": list(net.target_scale) if net.target_scale else None,
         "dropout_rng": [list(layer.generator_state()) for layer in net.all_layers()
                         if layer.draws_random],
         "frozen": net.frozen(),
@@ -143,6 +145,7 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
     net.architecture = meta.get("architecture")
     net.input_shape = tuple(meta["input_shape"]) if meta.get("input_shape") else None
     net.classes = list(meta["classes"]) if meta.get("classes") else None
+    net.target_scale = tuple(meta["target_scale"]) if meta.get("target_scale") else None
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     for k, v in params.items():
         want = np.int64 if k.endswith("num_batches_tracked") else np.float32
@@ -187,6 +190,8 @@ _META: dict[str, Any] = {
     "input_shape": lambda v: v is None or (isinstance(v, list) and len(v) in (2, 3)
                                            and all(_is_int(d, 1) for d in v)),
     "classes": lambda v: v is None or (isinstance(v, list) and all(isinstance(c, str) for c in v)),
+    "target_scale": lambda v: v is None or (isinstance(v, list) and len(v) == 2 and all(_is_num(a) for a in v)
+                                            and all(math.isfinite(a) for a in v) and v[1] > 0),
     "dropout_rng": lambda v: isinstance(v, list),
     "frozen": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
     "optimizer": lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)

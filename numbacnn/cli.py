@@ -687,7 +687,8 @@ def run_predict(argv: list[str] | None = None) -> int:
 
     p = _Parser(prog="python -m numbacnn predict", description="Predict the class of images.")
     p.add_argument("checkpoint", help="a checkpoint written by train.py --save or nc.save")
-    p.add_argument("files", nargs="+", help="PNG / JPEG / ... pictures, .npy, IDX, .npz or .csv files")
+    p.add_argument("files", nargs="+", help="PNG / JPEG / ... pictures, .npy, IDX, .npz or .csv files "
+                   "(series models: .ts, .npy, .npz, .csv)")
     p.add_argument("--out", metavar="FILE.csv", help="write file,label,probability rows here")
     p.add_argument("--tta", choices=("none", "mirror", "mirror-translate"), default="none",
                    help="test-time augmentation: average the logits over mirrored (and translated) views")
@@ -704,7 +705,8 @@ def run_predict(argv: list[str] | None = None) -> int:
         raise CheckpointError(f"{args.checkpoint}: the network does not record its input shape")
     shape = tuple(net.input_shape)
     _check_tta(args.tta, np.zeros((1, *shape), np.float32))
-    rows, failed = [], 0
+    rows: list[tuple[str, Any, float | None]] = []
+    failed = 0
     for path in args.files:
         try:
             images = load_images(path, shape)  # type: ignore[arg-type]
@@ -713,6 +715,12 @@ def run_predict(argv: list[str] | None = None) -> int:
             failed += 1
             continue
         batch = np.ascontiguousarray(np.stack([a for _, a in images]), np.float32)
+        if net.target_scale is not None:  # regression: the outputs in the targets' units
+            mean, std = net.target_scale
+            values = np.asarray(net.forward(batch), np.float64) * std + mean
+            rows += [(name, ",".join(f"{v:.6g}" for v in row), None)
+                     for (name, _), row in zip(images, values)]
+            continue
         if args.tta == "none":
             proba = net.predict_proba(batch)
         else:
@@ -730,11 +738,14 @@ def run_predict(argv: list[str] | None = None) -> int:
         import io
 
         buf = io.StringIO()
-        csv.writer(buf).writerows([("file", "label", "probability"), *rows])
+        if net.target_scale is not None:
+            csv.writer(buf).writerows([("file", "prediction"), *[r[:2] for r in rows]])
+        else:
+            csv.writer(buf).writerows([("file", "label", "probability"), *rows])
         atomic_write(args.out, lambda f: f.write(buf.getvalue().encode()))
     else:
         for name, label, prob in rows:
-            print(f"{name}\t{label}\t{prob:.4f}")
+            print(f"{name}\t{label}" + ("" if prob is None else f"\t{prob:.4f}"))
     return 1 if failed else 0
 
 

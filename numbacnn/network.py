@@ -60,6 +60,9 @@ class Sequential:
         self.architecture: str | None = None  # the spec it was built from, if any (arch.py)
         self.input_shape: Shape | None = None  # per-example (C, H, W), if known
         self.classes: list[str] | None = None  # class names by output index, if known
+        # a regression network's outputs are its targets standardised by (mean, std): train.py's
+        # (saved in checkpoints, undone by predict); None for classification
+        self.target_scale: tuple[float, float] | None = None
         self.backend: Backend = get_backend("cpu")
         if device != "cpu":
             self.to(device)

@@ -1,5 +1,6 @@
 """Images for prediction from files: PNG / JPEG / BMP / GIF / TIFF (Pillow, the [image] extra), .npy
-arrays, IDX image files and the training formats (.npz, .csv), converted to a model's input shape.
+arrays, IDX image files and the training formats (.npz, .csv), converted to a model's input shape;
+series for a series model (.ts, .npy, .npz, .csv).
 
 Picture files are converted to grayscale ("L") for one-channel models and to RGB for three-channel
 ones, resized to the model's height x width with bilinear filtering when their size differs, and
@@ -37,13 +38,46 @@ def _check_scale(raw: np.ndarray, path: str) -> None:
                         f"digits, 0-16: divide by 16)")
 
 
-def load_images(path: str, shape: tuple[int, int, int]) -> list[tuple[str, np.ndarray]]:
-    """[(name, (C, H, W) float32 image)] from one file; raises DataError with a one-line reason."""
+def load_series(path: str, shape: tuple[int, int]) -> list[tuple[str, np.ndarray]]:
+    """[(name, (C, L) float32 series)] from a .ts, .npy ((N, L) or (N, C, L)), .npz (series: its
+    x_test, else x_train) or .csv (label first, one value a column) file; read as train.py reads
+    them (a .ts file's labels are not used). Raises DataError with a one-line reason."""
+    from .data import _load_npz
+    from .data.series import as_series, read_ts
+
+    ext = os.path.splitext(path.lower().removesuffix(".gz"))[1]
+    if ext == ".ts":
+        x = read_ts(path).x
+    elif ext == ".npy":
+        try:
+            raw = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: not a readable .npy file ({e})") from None
+        one = raw.ndim == 1 or (raw.ndim == 2 and shape[0] > 1 and raw.shape[0] == shape[0])
+        x = as_series(raw[None] if one else raw, path)
+    elif ext == ".npz":
+        x_train, _, x_test, _, _ = _load_npz(path, series=True)
+        x = x_test if x_test is not None else x_train
+    elif ext == ".csv":
+        x = load_csv(path, series=True)[0]
+    else:
+        raise DataError(f"{path}: the model takes series: give .ts, .npy, .npz or .csv files")
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise DataError(f"{path}: series of shape {tuple(x.shape[1:])}, the model takes {tuple(shape)} "
+                        f"(channels, length)")
+    return [(path if len(x) == 1 else f"{path}[{i}]", x[i]) for i in range(len(x))]
+
+
+def load_images(path: str, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
+    """[(name, (C, H, W) float32 image)] from one file (series models: ``load_series``); raises
+    DataError with a one-line reason."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
+    if len(shape) == 2:
+        return load_series(path, shape)  # type: ignore[arg-type]
     ext = os.path.splitext(path.lower().removesuffix(".gz"))[1]
     if ext in PICTURES:
-        return [(path, _picture(path, shape)[0])]
+        return [(path, _picture(path, shape)[0])]  # type: ignore[arg-type]
     if ext == ".npy":
         try:
             raw = np.load(path, allow_pickle=False)

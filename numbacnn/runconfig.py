@@ -250,6 +250,7 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         net = build_network(arch, ds.input_shape, 1 if regress else ds.n_classes, seed=seed, normalize=norm,
                             regression=regress).to(args.device)
         net.classes = ds.classes
+        net.target_scale = target_scale if regress else None
         opt = _new_optimizer(args, opt_name, net, recipe)
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
     moves = Augment.parse(tmeta.get("augment", args.augment or recipe.get("augment")))

@@ -197,3 +197,49 @@ def test_the_shared_ts_sets_load_as_their_readme_says():
         load_dataset(os.path.join(TS_DIR, "JapaneseVowels_TRAIN.ts"))
     vowels = load_dataset(os.path.join(TS_DIR, "JapaneseVowels_TRAIN.ts"), series_length="max")
     assert vowels.input_shape == (12, 26)
+
+
+def test_predict_reads_series_and_maps_regression_outputs_back(tmp_path, capsys):
+    """A series checkpoint predicts .ts and .npy series (a file of the wrong length: one line, the
+    others still predicted); a regression checkpoint prints its targets' units (the training
+    targets' mean and std travel in the checkpoint)."""
+    from numbacnn.cli import run_predict
+
+    train = _ts(tmp_path / "Toy_TRAIN.ts", _toy(40)[0])
+    ck = str(tmp_path / "cls.npz")
+    assert main(["--data", train, "--epochs", "15", "--quiet", "--save", ck]) == 0
+    capsys.readouterr()
+    test = _ts(tmp_path / "Toy_TEST.ts", _toy(6, seed=9)[0])
+    np.save(tmp_path / "one.npy", read_ts(test).x[0])  # (C, L): one series
+    np.save(tmp_path / "short.npy", np.zeros((2, 2, 5), np.float32))
+    assert main([ck, test, str(tmp_path / "one.npy"), str(tmp_path / "short.npy")],
+                command=run_predict) == 1
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 7 and all(line.split("\t")[1] in ("up", "down") for line in lines)
+    assert "short.npy: series of shape (2, 5), the model takes (2, 12)" in err
+    reg_train = _ts(tmp_path / "R_TRAIN.ts", _toy(40, regression=True)[0], labels="@targetLabel true")
+    rck = str(tmp_path / "reg.npz")
+    assert main(["--data", reg_train, "--epochs", "30", "--quiet", "--save", rck]) == 0
+    capsys.readouterr()
+    net = nc_load(rck)
+    s = read_ts(reg_train)
+    fitted = load_dataset(reg_train).y_train  # the training part of the seeded split (no _TEST file)
+    assert net.target_scale == pytest.approx((float(np.mean(fitted, dtype=np.float64)),
+                                              float(np.std(fitted, dtype=np.float64))))
+    assert main([rck, reg_train], command=run_predict) == 0
+    values = np.array([float(line.split("\t")[1]) for line in capsys.readouterr().out.splitlines()])
+    mean, std = net.target_scale
+    want = net.forward(net_input(s.x))[:, 0].astype(np.float64) * std + mean
+    np.testing.assert_allclose(values, want, rtol=1e-5, atol=1e-5)
+    assert np.corrcoef(values, s.y)[0, 1] > 0.8  # the targets' units, and learned
+
+
+def nc_load(path):
+    import numbacnn as nc
+
+    return nc.load(path)
+
+
+def net_input(x):
+    return np.ascontiguousarray(x, np.float32)
