@@ -143,6 +143,10 @@ class ArchitectureError(ValueError):
     """A bad architecture spec; the message names the offending token."""
 
 
+class _TooDeep(ArchitectureError):
+    """Blocks nested past MAX_NESTING: said once, not wrapped by every level around it."""
+
+
 @dataclass
 class LayerSpec:
     kind: str
@@ -182,15 +186,21 @@ def _value(text: str) -> Any:
         raise
 
 
-def parse_architecture(spec: str) -> list[LayerSpec]:
+MAX_NESTING = 32  # res(...) and cat(...) inside each other: deeper is refused, not a RecursionError
+
+
+def parse_architecture(spec: str, _depth: int = 0) -> list[LayerSpec]:
     """Parse a preset name or a spec string into LayerSpecs (no final classifier layer)."""
+    if _depth > MAX_NESTING:
+        raise _TooDeep(f"res(...) and cat(...) blocks nested more than {MAX_NESTING} deep")
     if not isinstance(spec, str) or not spec.strip():
         raise ArchitectureError(f"architecture must be a preset (auto, {', '.join(PRESETS)}) or a spec "
                                 f"string, got {spec!r}")
     text = PRESETS.get(spec.strip().lower(), spec)
     out = []
     for i, token in enumerate(_split_top(text), start=1):
-        where = f"token {i} {token.strip()!r}"
+        shown = token.strip()
+        where = f"token {i} {shown if len(shown) <= 80 else shown[:77] + '...'!r}"
         m = _TOKEN.match(token)
         if not m:
             raise ArchitectureError(f"cannot parse {where}: expected name or name(args)")
@@ -204,7 +214,9 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
                                         f"{where}, e.g. cat(conv1d(32,9,padding=same) | "
                                         f"maxpool1d(3,stride=1,padding=1),conv1d(32,1))")
             try:
-                branches = [parse_architecture(p) for p in parts]
+                branches = [parse_architecture(p, _depth + 1) for p in parts]
+            except _TooDeep:
+                raise
             except ArchitectureError as e:
                 raise ArchitectureError(f"in the concatenation at {where}: {e}") from None
             out.append(LayerSpec("cat", {"branches": branches}, token.strip()))
@@ -214,7 +226,9 @@ def parse_architecture(spec: str) -> list[LayerSpec]:
                 raise ArchitectureError(f"res needs the layers of its body at {where}, "
                                         f"e.g. res(conv(16,3,padding=same),bn,relu)")
             try:
-                body = parse_architecture(argtext)
+                body = parse_architecture(argtext, _depth + 1)
+            except _TooDeep:
+                raise
             except ArchitectureError as e:
                 raise ArchitectureError(f"in the residual block at {where}: {e}") from None
             out.append(LayerSpec("res", {"body": body}, token.strip()))
@@ -285,7 +299,7 @@ def _build(specs: list[LayerSpec], shape: tuple[int, ...], adapt: bool
         return _build(nested, in_shape, adapt)
 
     for ls in specs:
-        where = f"token {ls.token!r}"
+        where = f"token {ls.token if len(ls.token) <= 80 else ls.token[:77] + '...'!r}"
         try:
             for layer in TOKENS[ls.kind].from_spec(dict(ls.args), shape, adapt, build):
                 layers.append(layer)
@@ -304,7 +318,10 @@ def build_network(spec: str, input_shape: tuple[int, ...], n_classes: int,
     (C, L)), ending in ``n_classes`` outputs (``regression``: that many targets); with
     ``normalize`` (e.g. ``Normalize.fit(x_train)``) that layer first, standardising each channel."""
     layers = build_layers(spec, input_shape, n_classes, adapt=adapt, regression=regression)
-    net = Sequential(([normalize] if normalize is not None else []) + layers, seed=seed)
+    try:
+        net = Sequential(([normalize] if normalize is not None else []) + layers, seed=seed)
+    except ValueError as e:  # too many parameters: before anything is allocated
+        raise ArchitectureError(str(e)) from None
     net.architecture = spec
     net.input_shape = tuple(int(s) for s in input_shape)
     return net

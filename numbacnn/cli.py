@@ -779,6 +779,10 @@ def main(argv: list[str] | None = None, command: Callable[[list[str] | None], in
     except OSError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"{prog}: error: out of memory (a smaller --batch-size, --image-size or network may fit)",
+              file=sys.stderr)
+        return 1
 
 
 def run_compile(argv: list[str] | None = None) -> int:

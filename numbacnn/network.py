@@ -23,6 +23,10 @@ SLICE_BYTES_PER_CORE = 3 << 20
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
 
 
+# the most parameters a network may have (float32 indices of the flat buffers stay in int32 range)
+MAX_PARAMETERS = 2**31 - 1
+
+
 class Sequential:
     """Layers applied in order; parameter names follow ``torch.nn.Sequential`` ("0.weight", ...).
 
@@ -47,9 +51,12 @@ class Sequential:
         offset = 0
         for i, layer in enumerate(self.layers):
             for pname, shape in layer.param_shapes().items():
-                size = int(np.prod(shape))
+                size = math.prod(int(s) for s in shape)  # Python ints: no overflow on absurd sizes
                 self._slots.append((f"{i}.{pname}", i, pname, slice(offset, offset + size), shape))
                 offset += size
+        if offset > MAX_PARAMETERS:  # refused before anything is allocated
+            raise ValueError(f"the network has {offset:,} parameters ({8 * offset / 2**30:,.1f} GiB with "
+                             f"their gradients): more than the {MAX_PARAMETERS:,} numbacnn trains")
         # numpy arrays, or numba device arrays after .to("cuda")
         self.params: Any = np.zeros(offset, np.float32)
         self.grads: Any = np.zeros(offset, np.float32)

@@ -4,6 +4,7 @@ settings win; a conflicting flag or other training data is refused)."""
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
 from .data import Dataset, is_image_folder, load_dataset, shuffled_split, stratified_split
-from .layers import Normalize
+from .layers import BatchNorm2D, Normalize
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
 
@@ -163,6 +164,23 @@ class RunConfig:
                 "label_smoothing": self.label_smoothing, "early_stopping": self.early_stopping}
 
 
+def _check_batch(net: Sequential, shape: tuple[int, ...], batch_size: int, n: int) -> None:
+    """A batch of ``batch_size`` (or the whole training set, if smaller) gives every BatchNorm at
+    least two values per channel to normalise by: refused before training, not found mid-epoch."""
+    def walk(layers: list[Any], shape: tuple[int, ...]) -> Any:
+        for layer in layers:
+            yield layer, shape
+            for _, path in layer.paths():
+                yield from walk(path, shape)
+            shape = layer.output_shape(shape)
+
+    smallest = min(batch_size, n)
+    for layer, in_shape in walk(net.layers, tuple(shape)):
+        if isinstance(layer, BatchNorm2D) and smallest * math.prod(in_shape[1:]) < 2:
+            raise UsageError(f"--batch-size {batch_size}: {layer._label()} normalises each feature over the "
+                             f"batch and needs at least 2 examples a batch")
+
+
 def _standardised(y: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
     """Regression targets (N,) as float32 (N, 1), standardised by scale = (mean, std)."""
     return ((np.asarray(y, np.float64).reshape(len(y), -1) - scale[0]) / scale[1]).astype(np.float32)
@@ -252,6 +270,7 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         net.classes = ds.classes
         net.target_scale = target_scale if regress else None
         opt = _new_optimizer(args, opt_name, net, recipe)
+    _check_batch(net, ds.input_shape, batch_size, len(x_tr))
     schedule = tmeta.get("lr_schedule") or args.lr_schedule or recipe["lr_schedule"]
     moves = Augment.parse(tmeta.get("augment", args.augment or recipe.get("augment")))
     augment = str(moves) if moves is not None else "none"

@@ -233,3 +233,61 @@ def test_concat_checks_checkpoints_onnx_and_the_inceptiontime_preset(tmp_path, r
     nc.export_onnx(net, str(tmp_path / "it.onnx"))
     got = ort.InferenceSession(str(tmp_path / "it.onnx")).run(None, {"input": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_same_padding_of_an_even_window_puts_the_extra_zero_on_the_right_as_torch(rng):
+    """Kernel 4 at stride 1: 1 zero on the left, 2 on the right (torch's "same"); the output
+    against the oracle with those pads and, where torch is installed, against nn.Conv1d's own."""
+    conv = nc.Conv1D(2, 3, 4, padding="same").initialize(rng)
+    assert (conv.padding[1], conv.padding_end[1]) == (1, 2)
+    dilated = nc.Conv1D(1, 1, 4, padding="same", dilation=3)
+    assert (dilated.padding[1], dilated.padding_end[1]) == (4, 5)
+    x = rng.standard_normal((2, 2, 9)).astype(np.float32)
+    y = conv.forward(x)
+    np.testing.assert_allclose(y, ref.conv1d_forward(x, conv.weight, conv.bias, 1, (1, 2), 1, 1),
+                               rtol=1e-5, atol=1e-5)
+    try:
+        import torch
+    except ImportError:
+        return
+    import warnings
+
+    twin = torch.nn.Conv1d(2, 3, 4, padding="same")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note that it pads a copy for even windows
+        twin.weight.copy_(torch.from_numpy(conv.weight))
+        twin.bias.copy_(torch.from_numpy(conv.bias))
+        np.testing.assert_allclose(y, twin(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_strided_conv1d_in_parts_of_the_batch_matches_the_oracle(rng):
+    """MNIST-1D's strided layers on the "gemm" plan, whose parts hold several examples' columns
+    side by side (7 and 15 parts of a batch of 100): forward and every gradient against float64."""
+    from numbacnn.backend.cpu_conv import gemm_parts
+
+    for c_in, length in ((1, 40), (25, 10)):
+        conv = nc.Conv1D(c_in, 25, 3 if c_in > 1 else 5, stride=2, padding=1).initialize(rng)
+        assert conv.strategy == "gemm"
+        x = rng.standard_normal((100, c_in, length)).astype(np.float32)
+        assert 1 < gemm_parts(conv.geometry, (100, c_in, 1, length)) < 100
+        y = conv.forward(x, training=True).copy()
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+        dx = conv.backward(dy).copy()
+        k = conv.kernel
+        np.testing.assert_allclose(y, ref.conv1d_forward(x, conv.weight, conv.bias, 2, (1, 1), 1, 1),
+                                   rtol=1e-5, atol=1e-5)
+        edx, edw, edb = ref.conv1d_backward(dy, x, conv.weight, 2, (1, 1), 1, 1)
+        assert conv.weight.shape[2] == k
+        for got, want in ((dx, edx), (conv.dweight, edw), (conv.dbias, edb)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_normalize_fits_each_channel_of_series(rng):
+    scale, shift = np.array([[2.0], [50.0], [0.1]]), np.array([[1.0], [-7.0], [3.0]])
+    x = (rng.standard_normal((30, 3, 20)) * scale + shift).astype(np.float32)
+    norm = nc.Normalize.fit(x)
+    np.testing.assert_allclose(norm.mean, x.astype(np.float64).mean(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(norm.std, x.astype(np.float64).std(axis=(0, 2)), rtol=1e-5)
+    y = norm.forward(x)
+    np.testing.assert_allclose(y.mean(axis=(0, 2)), 0, atol=1e-4)
+    np.testing.assert_allclose(y.std(axis=(0, 2)), 1, atol=1e-4)

@@ -229,3 +229,37 @@ def test_a_hostile_folder_loads_the_same_at_every_thread_count_in_fresh_processe
     # 120 pictures, 12 hostile: the 2 folder links are not pictures; the 2 bombs, 2 looping and 1
     # dangling links and 1 truncated file are skipped; 16-bit, palette, CMYK and EXIF-rotated ones load
     assert all("pictures 112, skipped 6," in line for line in lines[1:4]), lines
+
+
+@pytest.mark.parametrize("arch,message", [
+    ("conv(1000000000000,3)", "out_channels must be a positive integer (at most 2147483647)"),
+    ("dense(10**30)", "bad value"),
+    ("dense(1000000000000000000000000000000)", "out_features must be a positive integer (at most"),
+    ("conv(4,3,stride=1000000000000000000000)", "stride must be an integer in [1, 2147483647]"),
+    ("dense(100000),dense(100000)", "the network has 10,00"),
+    ("res(" * 3000 + "relu" + ")" * 3000, "nested more than 32 deep"),
+])
+def test_absurd_sizes_and_nesting_are_refused_before_anything_is_allocated(capsys, arch, message):
+    assert main(["--arch", arch, "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err) < 400, err[:400]
+
+
+def test_a_batchnorm_that_cannot_normalise_one_example_is_refused_before_training(capsys):
+    assert main(["--arch", "dense(16),bn,relu", "--batch-size", "1", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size 1: layer 2 (BatchNorm1D(16))" in err and "at least 2 examples" in err
+    # BatchNorm over images (or series) has values enough in one example
+    assert main(["--arch", "conv(4,3),bn,relu", "--batch-size", "1", "--epochs", "1", "--quiet"]) == 0
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    import numbacnn.runconfig as rc
+
+    def exhausted(*a, **k):
+        raise MemoryError
+    monkeypatch.setattr(rc, "load_dataset", exhausted)
+    assert main(["--epochs", "1", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == ("train.py: error: out of memory (a smaller --batch-size, --image-size or network "
+                           "may fit)")

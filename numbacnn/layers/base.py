@@ -21,14 +21,20 @@ Shape = tuple[int, ...]
 Builder = Callable[[Any, Shape], "tuple[list[Layer], Shape]"]
 
 
+# the largest size, stride, padding or dilation a layer takes: the kernels index in 64-bit integers,
+# and no real layer comes near it (a larger one is a typo or an attack, refused in one line)
+MAX_SIZE = 2**31 - 1
+
+
 def _pair(v: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
     if isinstance(v, (tuple, list)) and len(v) == 2:
         a, b = v
     else:
         a = b = v
     for u in (a, b):
-        if isinstance(u, bool) or not isinstance(u, (int, np.integer)) or u < minimum:
-            raise ValueError(f"{layer}: {what} must be an integer >= {minimum} (or a pair), got {v!r}")
+        if isinstance(u, bool) or not isinstance(u, (int, np.integer)) or not minimum <= u <= MAX_SIZE:
+            raise ValueError(f"{layer}: {what} must be an integer in [{minimum}, {MAX_SIZE}] (or a pair), "
+                             f"got {v!r}")
     return int(a), int(b)
 
 
@@ -37,8 +43,8 @@ def _compact(pair: tuple[int, int]) -> int | tuple[int, int]:
 
 
 def _positive_int(v: Any, what: str, layer: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{layer}: {what} must be a positive integer, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_SIZE:
+        raise ValueError(f"{layer}: {what} must be a positive integer (at most {MAX_SIZE}), got {v!r}")
     return int(v)
 
 

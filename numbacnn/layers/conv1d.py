@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .base import Builder, Layer, Shape, _positive_int, receptive, register
+from .base import MAX_SIZE, Builder, Layer, Shape, _positive_int, receptive, register
 from .conv import Conv2D, Depthwise
 
 
@@ -43,7 +43,7 @@ def _series_padding(padding: Any, k: int, s: int, d: int, label: str) -> tuple[i
     else:
         left = right = padding
     for v in (left, right):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= MAX_SIZE:
             raise ValueError(f"{label}: padding must be an integer >= 0, (left, right), 'valid', 'same' "
                              f"or 'causal', got {padding!r}")
     return int(left), int(right)

@@ -7,15 +7,15 @@ from typing import Any
 import numpy as np
 
 from ..backend.base import conv_out
-from .base import Builder, Layer, Shape, register
+from .base import MAX_SIZE, Builder, Layer, Shape, register
 from .conv1d import series_shape
 
 
 def _int(v: Any, what: str, label: str, minimum: int) -> int:
     if isinstance(v, (tuple, list)) and len(v) == 1:
         v = v[0]
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise ValueError(f"{label}: {what} must be an integer >= {minimum}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not minimum <= v <= MAX_SIZE:
+        raise ValueError(f"{label}: {what} must be an integer in [{minimum}, {MAX_SIZE}], got {v!r}")
     return int(v)
 
 
