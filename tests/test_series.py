@@ -291,3 +291,20 @@ def test_normalize_fits_each_channel_of_series(rng):
     y = norm.forward(x)
     np.testing.assert_allclose(y.mean(axis=(0, 2)), 0, atol=1e-4)
     np.testing.assert_allclose(y.std(axis=(0, 2)), 1, atol=1e-4)
+
+
+def test_inference_folds_batchnorm_into_the_conv1d_before_it(rng):
+    """At inference a Conv1D takes the BatchNorm1D after it (and that BatchNorm's ReLU) into its
+    weights, as Conv2D does BatchNorm2D: the folded forward equals the unfused one within float32
+    rounding, and follows the running statistics as they change."""
+    net = build_network("conv1d(8,5,padding=same),bn,relu,conv1d(6,3,stride=2,padding=1,bias=False),bn,"
+                        "res(conv1d(6,3,padding=same),bn,relu),gap", (2, 30), 3, seed=0)
+    convs = [la for la in net.all_layers() if isinstance(la, nc.Conv1D)]
+    assert all(c.fusion.infer_bn is not None for c in convs)
+    x = rng.standard_normal((16, 2, 30)).astype(np.float32)
+    for _ in range(2):
+        net.forward(x, training=True)  # running statistics move: the fold must follow
+        folded = net.forward(x).copy()
+        with net.unfused():
+            plain = net.forward(x).copy()
+        np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-6)

@@ -116,7 +116,21 @@ class Conv1D(Conv2D):
         return y.reshape(n, co, lo)
 
     def infer(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x, training=False, backward=False)
+        """With a following BatchNorm1D folded in (``fusion.infer_bn``, as Conv2D's: its running
+        statistics and affine map in a copy of the weights, its ReLU in the epilogue)."""
+        bn = self.fusion.infer_bn
+        if bn is None:
+            return self.forward(x, training=False, backward=False)
+        n, co, lo = self._check_input(x)
+        x = self.backend.asarray(x)
+        wf, bf = self._buf("w_folded", self.weight.shape), self._buf("b_folded", (co,))
+        version = self.backend.batchnorm_fold(self._buffers, wf.reshape(co, -1), bf,
+                                              self.weight.reshape(co, -1), self.bias, bn.weight, bn.bias,
+                                              bn.running_mean, bn.running_var, bn.eps)
+        x4 = x.reshape(n, self.in_channels, 1, x.shape[2])
+        y = self.plan.forward(self._buffers, x4, self._w4(wf), bf, bn.fusion.relu, None, backward=False,
+                              version=version)
+        return y.reshape(n, co, lo)
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         shape4 = self._buffers["y"].shape if "y" in self._buffers else (0, 0, 0, 0)

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from .activations import ReLU
 from .base import NO_FUSION, Fusion, Layer
-from .batchnorm import BatchNorm2D
+from .batchnorm import BatchNorm1D, BatchNorm2D
 from .conv import Conv2D
+from .conv1d import Conv1D
 from .pool import MaxPool2D
 from .residual import Residual
 
@@ -48,10 +49,12 @@ def plan(layers: list[Layer]) -> list[Fusion]:
         if pool is not None:
             update(i, pool=pool.kernel_size)
             update(j, absorbed=True)
-    # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution
+    # inference only (Layer.infer): Conv2D + BatchNorm2D (+ ReLU (+ max pool)) as one convolution,
+    # and Conv1D + BatchNorm1D (+ ReLU) over series
     for i, layer in enumerate(layers[:-1]):
         bn = layers[i + 1]
-        if not (isinstance(layer, Conv2D) and type(bn) is BatchNorm2D):
+        if not (type(bn) is (BatchNorm1D if isinstance(layer, Conv1D) else BatchNorm2D)
+                and isinstance(layer, Conv2D)):
             continue
         update(i, infer_bn=bn)
         update(i + 1, infer_absorbed=True)
