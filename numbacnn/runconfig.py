@@ -4,7 +4,6 @@ settings win; a conflicting flag or other training data is refused)."""
 from __future__ import annotations
 
 import hashlib
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, load_checkpoint
 from .data import Dataset, is_image_folder, load_dataset, shuffled_split, stratified_split
-from .layers import BatchNorm2D, Normalize
+from .layers import Normalize
 from .network import Sequential
 from .optimizers import Optimizer, make_optimizer
 
@@ -165,8 +164,9 @@ class RunConfig:
 
 
 def _check_batch(net: Sequential, shape: tuple[int, ...], batch_size: int, n: int) -> None:
-    """A batch of ``batch_size`` (or the whole training set, if smaller) gives every BatchNorm at
-    least two values per channel to normalise by: refused before training, not found mid-epoch."""
+    """A batch of ``batch_size`` (or the whole training set, if smaller) is as large as every layer
+    needs (``Layer.smallest_batch``: a BatchNorm two values per channel to normalise by): refused
+    before training, not found mid-epoch."""
     def walk(layers: list[Any], shape: tuple[int, ...]) -> Any:
         for layer in layers:
             yield layer, shape
@@ -176,9 +176,10 @@ def _check_batch(net: Sequential, shape: tuple[int, ...], batch_size: int, n: in
 
     smallest = min(batch_size, n)
     for layer, in_shape in walk(net.layers, tuple(shape)):
-        if isinstance(layer, BatchNorm2D) and smallest * math.prod(in_shape[1:]) < 2:
-            raise UsageError(f"--batch-size {batch_size}: {layer._label()} normalises each feature over the "
-                             f"batch and needs at least 2 examples a batch")
+        need = layer.smallest_batch(in_shape)
+        if smallest < need:
+            raise UsageError(f"--batch-size {batch_size}: {layer._label()} needs at least {need} examples a "
+                             f"batch (it normalises over the batch)")
 
 
 def _standardised(y: np.ndarray, scale: tuple[float, float]) -> np.ndarray:

@@ -319,6 +319,11 @@ class Layer:
     # the fewest examples a training batch may hold (BatchNorm1D needs two)
     min_batch: ClassVar[int] = 1
 
+    def smallest_batch(self, in_shape: Shape) -> int:
+        """The fewest examples a training batch may hold for this layer on per-example inputs
+        ``in_shape`` (BatchNorm: two values per channel to normalise by)."""
+        return 1
+
     def generator_state(self) -> tuple[int, int]:
         """A ``draws_random`` layer's generator state, (seed, draws made)."""
         raise TypeError(f"{self._label()} draws no random numbers")

@@ -41,6 +41,9 @@ class BatchNorm2D(Layer):
     def writes_nothing(self) -> bool:
         return self.fusion.infer_absorbed
 
+    def smallest_batch(self, in_shape: Shape) -> int:
+        return 1 if math.prod(in_shape[1:]) >= 2 else 2
+
     def onnx(self, graph: Any, x: str) -> str:
         # BatchNorm1D too: ONNX's BatchNormalization takes (N, C) and (N, C, L)
         stats = graph.param("weight", "bias", "running_mean", "running_var")
