@@ -1,6 +1,13 @@
 """What a file looks like from its first bytes, for error messages that name what was found and
-what was expected (never numpy's advice to load a file with pickles)."""
+what was expected (never numpy's advice to load a file with pickles); whether an .npy file's or an
+.npz archive's own sizes hold before numpy allocates what they claim."""
 from __future__ import annotations
+
+import math
+import os
+import zipfile
+import zlib
+from typing import Any
 
 _MAGIC = ((b"PK\x03\x04", "a zip archive (.npz)"), (b"PK\x05\x06", "an empty zip archive"),
           (b"\x93NUMPY", "a NumPy .npy array"), (b"\x1f\x8b", "gzip-compressed data"),
@@ -34,3 +41,64 @@ def looks_like(path: str) -> str:
 def is_npz(path: str) -> bool:
     """Whether ``path`` starts as a zip archive (what ``np.load`` reads as an .npz)."""
     return looks_like(path) in ("a zip archive (.npz)", "an empty zip archive")
+
+
+class UntrustedSize(ValueError):
+    """A file's own sizes do not hold: an array header claiming more than the file holds, or a
+    compressed member far larger than its compressed bytes (a zip bomb). Said before anything
+    is allocated; callers turn it into their own error (DataError, CheckpointError)."""
+
+
+# a compressed member may expand this many times its compressed size (npz arrays deflate 1-20x;
+# a zip bomb's members 1000x) before it is refused unread, once it is larger than BOMB_MIN_BYTES
+MAX_EXPANSION = 200
+BOMB_MIN_BYTES = 64 << 20
+
+
+def _npy_bytes(f: Any, where: str) -> int:
+    """The data bytes an .npy stream's header promises (its shape times its item size); the
+    stream is left after the header."""
+    import numpy as np
+
+    try:
+        version = np.lib.format.read_magic(f)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(f))
+    except (ValueError, OSError, EOFError) as e:
+        raise UntrustedSize(f"{where}: not a readable .npy array header ({e})") from None
+    return math.prod(shape) * dtype.itemsize
+
+
+def check_npy(path: str) -> None:
+    """An .npy file holds at least the bytes its header promises (else UntrustedSize): np.load
+    allocates what the header says before it reads a byte of data."""
+    with open(path, "rb") as f:
+        need = _npy_bytes(f, path)
+        have = os.fstat(f.fileno()).st_size - f.tell()
+    if need > have:
+        raise UntrustedSize(f"{path}: its header promises {need:,} bytes of array data, the file holds "
+                            f"{max(have, 0):,}")
+
+
+def check_npz(path: str) -> None:
+    """Every member of an .npz archive holds the bytes its .npy header promises, and no compressed
+    member expands more than MAX_EXPANSION times (else UntrustedSize), from the zip directory and
+    the headers alone: before np.load allocates or decompresses anything."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                if (info.compress_type != zipfile.ZIP_STORED and info.file_size > BOMB_MIN_BYTES
+                        and info.file_size > MAX_EXPANSION * max(info.compress_size, 1)):
+                    raise UntrustedSize(f"{path}: member {info.filename} would expand from "
+                                        f"{info.compress_size:,} to {info.file_size:,} bytes (refused "
+                                        f"unread)")
+                if not info.filename.endswith(".npy"):
+                    continue
+                with z.open(info) as f:
+                    need = _npy_bytes(f, f"{path}[{info.filename}]")
+                    have = info.file_size - f.tell()
+                if need > have:
+                    raise UntrustedSize(f"{path}: member {info.filename}'s header promises {need:,} "
+                                        f"bytes of array data, the member holds {max(have, 0):,}")
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+        raise UntrustedSize(f"{path}: not a readable .npz archive ({e})") from None

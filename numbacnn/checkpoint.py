@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._files import is_npz, looks_like
+from ._files import UntrustedSize, check_npz, is_npz, looks_like
 from .layers import layer_from_config
 from .network import Sequential
 
@@ -116,6 +116,10 @@ def load_checkpoint(path: str, architecture: str | None = None) -> Checkpoint:
     if not is_npz(path):
         raise CheckpointError(f"{path}: not a numbacnn checkpoint (an .npz written by save or "
                               f"train.py --save); it looks like {looks_like(path)}")
+    try:
+        check_npz(path)  # sizes from the zip directory and the array headers, before any allocation
+    except UntrustedSize as e:
+        raise CheckpointError(str(e)) from None
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}

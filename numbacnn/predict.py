@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from ._files import UntrustedSize, check_npy
 from .data import DataError, as_images, load_csv, load_npz, read_idx
 from .data.folders import PICTURES, read_picture
 
@@ -50,7 +51,10 @@ def load_series(path: str, shape: tuple[int, int]) -> list[tuple[str, np.ndarray
         x = read_ts(path).x
     elif ext == ".npy":
         try:
+            check_npy(path)  # the header's shape against the file's size, before np.load allocates it
             raw = np.load(path, allow_pickle=False)
+        except UntrustedSize as e:
+            raise DataError(str(e)) from None
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: not a readable .npy file ({e})") from None
         one = raw.ndim == 1 or (raw.ndim == 2 and shape[0] > 1 and raw.shape[0] == shape[0])
@@ -80,7 +84,10 @@ def load_images(path: str, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray
         return [(path, _picture(path, shape)[0])]  # type: ignore[arg-type]
     if ext == ".npy":
         try:
+            check_npy(path)  # the header's shape against the file's size, before np.load allocates it
             raw = np.load(path, allow_pickle=False)
+        except UntrustedSize as e:
+            raise DataError(str(e)) from None
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: not a readable .npy file ({e})") from None
         _check_scale(raw, path)

@@ -263,3 +263,55 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.strip() == ("train.py: error: out of memory (a smaller --batch-size, --image-size or network "
                            "may fit)")
+
+
+def _lying_npy(n_claimed, dtype="<f4", data=b"\0" * 64):
+    """An .npy stream whose header claims n_claimed values but which holds only ``data``."""
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False,
+                                                "shape": (n_claimed,)})
+    return buf.getvalue() + data
+
+
+def test_sizes_read_from_files_are_checked_before_anything_is_allocated(tmp_path, monkeypatch, capsys):
+    """A checkpoint member whose header claims 4 TiB, an .npy for predict claiming 2^30 images, a
+    training .npz likewise, and a deflated member that would expand 1000x: one line each, nothing
+    allocated (the good files beside the bad one are still predicted)."""
+    import zipfile
+
+    import numbacnn as nc
+    from numbacnn import _files
+    from numbacnn.checkpoint import CheckpointError, load_checkpoint
+
+    net = nc.build_network("conv(2,3),relu", (1, 8, 8), 3, seed=0)
+    good = tmp_path / "good.npz"
+    nc.save(net, str(good))
+    bad = tmp_path / "bad.npz"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            dst.writestr(info, _lying_npy(2**40) if info.filename == "param/0.weight.npy" else body)
+    with pytest.raises(CheckpointError,
+                       match=r"member param/0.weight.npy's header promises 4,398,046,511,104 "):
+        load_checkpoint(str(bad))
+    claims = tmp_path / "claims.npy"
+    claims.write_bytes(_lying_npy(2**30 * 64, "|u1"))
+    real = tmp_path / "real.npy"
+    np.save(real, np.zeros((1, 8, 8), np.float32))
+    assert main([str(good), str(claims), str(real)], command=COMMANDS["predict"]) == 1
+    out, err = capsys.readouterr()
+    assert "header promises 68,719,476,736 bytes of array data" in err and "real.npy" in out
+    data = tmp_path / "data.npz"
+    with zipfile.ZipFile(data, "w") as z:
+        z.writestr("x.npy", _lying_npy(2**30 * 64, "|u1"))
+        z.writestr("y.npy", _lying_npy(2**30, "<i8"))
+    assert main(["--data", str(data), "--quiet"]) == 1
+    assert "header promises" in capsys.readouterr().err
+    monkeypatch.setattr(_files, "BOMB_MIN_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", _lying_npy(2 << 20, "|u1", b"\0" * (2 << 20)))
+    with pytest.raises(_files.UntrustedSize, match="would expand from"):
+        _files.check_npz(str(bomb))

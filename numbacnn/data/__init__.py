@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import is_npz, looks_like
+from .._files import UntrustedSize, check_npz, is_npz, looks_like
 from .error import DataError
 from .series import as_series
 
@@ -205,6 +205,10 @@ def _load_npz(path: str, series: bool = False) -> tuple[np.ndarray, np.ndarray, 
     if not is_npz(path):
         raise DataError(f"{path}: not an .npz file (expected a zip of arrays x_train, y_train[, x_test, "
                         f"y_test] or x, y); it looks like {looks_like(path)}")
+    try:
+        check_npz(path)  # sizes from the zip directory and the array headers, before any allocation
+    except UntrustedSize as e:
+        raise DataError(str(e)) from None
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = set(z.files)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import check_npz
 from .._text import install_hint, interactive
 from .error import DataError
 
@@ -234,6 +235,7 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
     if not os.path.isfile(path):
         return None
     try:
+        check_npz(path)  # a header or member that lies about its size: rebuilt, never allocated
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) != key:
                 return None
@@ -242,7 +244,7 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
                               z["y_test"] if test else None, [str(c) for c in z["classes"]],
                               [tuple(s) for s in json.loads(str(z["skipped"]))], True)  # type: ignore[misc]
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error):
-        return None
+        return None  # (UntrustedSize is a ValueError)
     parts: list[tuple[Any, Any]] = [(data.x_train, data.y_train)]
     parts += [(data.x_test, data.y_test)] if test else []
     shape = data.x_train.shape[1:] if data.x_train.ndim == 4 else None
