@@ -108,7 +108,7 @@ def test_special_and_oversized_series_files_are_refused_unread(tmp_path):
 
     big = tmp_path / "big.ts"
     big.write_text("@classLabel true a\n@data\n" + "1,2:a\n" * 100)
-    with pytest.raises(DataError, match="more than the 64 a series file may hold"):
+    with pytest.raises(DataError, match="more than the 64 a data file may hold"):
         series.read_text(str(big), limit=64)
 
 

@@ -315,3 +315,35 @@ def test_sizes_read_from_files_are_checked_before_anything_is_allocated(tmp_path
         z.writestr("x.npy", _lying_npy(2 << 20, "|u1", b"\0" * (2 << 20)))
     with pytest.raises(_files.UntrustedSize, match="would expand from"):
         _files.check_npz(str(bomb))
+
+
+def test_endless_and_exploding_inputs_are_refused_with_bounded_reads(tmp_path, capsys):
+    """A csv that is a link to /dev/zero, a FIFO given as labels, and an IDX gzip whose data
+    expands far past what its header promises: one line each, the bomb stopped one byte past the
+    header's size instead of decompressed whole."""
+    import gzip
+    import struct
+
+    from numbacnn.data import DataError, read_idx
+
+    zero = tmp_path / "zero.csv"
+    os.symlink("/dev/zero", zero)
+    assert main(["--data", str(zero), "--quiet"]) == 1
+    assert "not a regular file (a device, FIFO or socket is not read)" in capsys.readouterr().err
+    from numbacnn.data import write_idx
+
+    images = tmp_path / "train-images-idx3-ubyte"
+    write_idx(str(images), np.zeros((6, 4, 4), np.uint8))
+    fifo = tmp_path / "labels-fifo"
+    os.mkfifo(fifo)
+    assert main(["--data", str(images), "--labels", str(fifo), "--quiet"]) == 1  # never opened: no hang
+    assert "labels-fifo: not a regular file" in capsys.readouterr().err
+    bomb = tmp_path / "bomb-images-idx3-ubyte.gz"
+    header = bytes([0, 0, 0x08, 3]) + struct.pack(">3I", 10, 2, 2)  # promises 40 bytes of pixels
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(header)
+        for _ in range(64):
+            f.write(b"\0" * (1 << 20))  # 64 MiB of zeros, about 64 KB compressed
+    assert os.path.getsize(bomb) < 1 << 20
+    with pytest.raises(DataError, match="expands past the 56 bytes its header promises"):
+        read_idx(str(bomb))

@@ -112,23 +112,63 @@ _IDX_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: 
                               0x0E: ">f8"}
 
 
-def _read_bytes(path: str) -> bytes:
+MAX_DATA_BYTES = 4 << 30  # a data file (and what it decompresses to) larger than this is refused
+
+
+def _read_bytes(path: str, cap: Callable[[bytes], int] | None = None) -> bytes:
+    """The bytes of a regular file of at most MAX_DATA_BYTES, gunzipped when it is gzip data; a
+    device, FIFO or socket (a link to /dev/zero) is refused unread. ``cap(first bytes)``: the most
+    bytes the data may hold (an IDX header's size): decompression stops one byte past it, so a
+    gzip bomb costs no more memory than the data it claims to be."""
+    from .series import read_text_limits
+
+    size = read_text_limits(path, MAX_DATA_BYTES)
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(size + 1)
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
-    if raw[:2] == b"\x1f\x8b" or path.endswith(".gz"):
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DataError(f"{path}: corrupt gzip data ({e})") from None
-    return raw
+    if not (raw[:2] == b"\x1f\x8b" or path.endswith(".gz")):
+        return raw
+    chunks: list[bytes] = []
+    total, limit = 0, MAX_DATA_BYTES
+    data = raw
+    try:
+        while data:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # one gzip member (files may hold several)
+            while data and not d.eof:
+                out = d.decompress(data, min(1 << 20, limit + 1 - total))
+                data = d.unconsumed_tail
+                chunks.append(out)
+                total += len(out)
+                if cap is not None and len(chunks) == 1 and out:
+                    limit = min(limit, cap(out))
+                if total > limit:
+                    whose = "its header promises" if limit < MAX_DATA_BYTES else "numbacnn reads"
+                    raise DataError(f"{path}: the gzip data expands past the {limit:,} bytes {whose} "
+                                    f"(refused before it is all decompressed)")
+                if not out and not data:
+                    break
+            if not d.eof:
+                raise DataError(f"{path}: corrupt gzip data (the stream ends early)")
+            data = d.unused_data
+    except zlib.error as e:
+        raise DataError(f"{path}: corrupt gzip data ({e})") from None
+    return b"".join(chunks)
+
+
+def _idx_size(head: bytes) -> int:
+    """The bytes an IDX file's header promises (header and data), from its first bytes; the
+    generic limit where they do not hold a whole header."""
+    if len(head) < 4 or head[2] not in _IDX_TYPES or len(head) < 4 + 4 * head[3]:
+        return MAX_DATA_BYTES
+    dims = struct.unpack(f">{head[3]}I", head[4:4 + 4 * head[3]])
+    return 4 + 4 * head[3] + math.prod(dims) * np.dtype(_IDX_TYPES[head[2]]).itemsize
 
 
 def read_idx(path: str) -> np.ndarray:
     """Read an IDX file (optionally gzip-compressed), validating its header and length."""
-    raw = _read_bytes(path)
+    raw = _read_bytes(path, _idx_size)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES or raw[3] == 0:
         raise DataError(f"{path}: not an IDX file (wrong magic number {raw[:4].hex() or 'empty'}); "
                         f"it looks like {looks_like(path)}")
@@ -479,6 +519,8 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
         got = Loaded("digits", x, y)
     elif not os.path.exists(path):
         raise DataError(f"{path}: no such file or directory")
+    elif not (os.path.isdir(path) or os.path.isfile(path)):  # a device, FIFO, socket (or a link to one)
+        raise DataError(f"{path}: not a regular file (a device, FIFO or socket is not read)")
     else:
         fmt = next((f for f in FORMATS if f.claims(path)), None)
         if fmt is None:

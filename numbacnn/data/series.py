@@ -32,9 +32,9 @@ class Series:
     lengths: np.ndarray  # each case's length before padding
 
 
-def read_text(path: str, limit: int = MAX_TEXT_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most ``limit`` bytes (a FIFO, a device or a file
-    that is larger is refused without reading it)."""
+def read_text_limits(path: str, limit: int) -> int:
+    """The size of ``path`` if it is a regular file of at most ``limit`` bytes; else the one-line
+    DataError (a FIFO, a device or a link to one is refused without being opened)."""
     try:
         st = os.stat(path)
     except OSError as e:
@@ -42,7 +42,14 @@ def read_text(path: str, limit: int = MAX_TEXT_BYTES) -> str:
     if not stat.S_ISREG(st.st_mode):
         raise DataError(f"{path}: not a regular file (a device, FIFO or socket is not read)")
     if st.st_size > limit:
-        raise DataError(f"{path}: {st.st_size:,} bytes is more than the {limit:,} a series file may hold")
+        raise DataError(f"{path}: {st.st_size:,} bytes is more than the {limit:,} a data file may hold")
+    return int(st.st_size)
+
+
+def read_text(path: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes (a FIFO, a device or a file
+    that is larger is refused without reading it)."""
+    read_text_limits(path, limit)
     try:
         with open(path, "rb") as f:
             raw = f.read(limit + 1)
