@@ -183,6 +183,19 @@ class _CNNEstimator(TransformerMixin, BaseEstimator):  # type: ignore[misc]
             std = float(np.sqrt(np.average(((rows - self.x_mean_) ** 2).mean(1), weights=w)))
         self.x_scale_ = std if std > 0 and np.isfinite(std) else 1.0
 
+    def _fit_epochs(self, x, y, w, rng) -> None:
+        x_val = y_val = None
+        if self.early_stopping:  # split indices, so that the weights follow their rows
+            split = shuffled_split if self.regression else stratified_split
+            tr, val, _, _ = split(np.arange(len(y)), y, self.validation_fraction, int(rng.integers(2**31)))
+            x, x_val, y, y_val = x[tr], x[val], y[tr], y[val]
+            w = None if w is None else w[tr]
+            self.validation_scores_: list[float] = []
+            self.best_validation_score_ = -np.inf
+        epochs = self._trainer.epoch + self._settings()["max_epochs"]
+        self._trainer.fit(x, y, epochs, x_val=x_val, y_val=y_val, callbacks=[_Stopping(self)],
+                          sample_weight=w)
+
     def transform(self, X) -> np.ndarray:
         """The learned features of X: the last hidden layer's output, the input of the final dense
         layer, (n_samples, n_features_out) float32; for pipelines that put another model on top."""
@@ -454,19 +467,6 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
         self._trainer.fit(x, y, rounds, callbacks=[schedule, _Stopping(self, stop=False)],
                           sample_weight=w)
 
-    def _fit_epochs(self, x, y, w, rng) -> None:
-        x_val = y_val = None
-        if self.early_stopping:  # split indices, so that the weights follow their rows
-            split = shuffled_split if self.regression else stratified_split
-            tr, val, _, _ = split(np.arange(len(y)), y, self.validation_fraction, int(rng.integers(2**31)))
-            x, x_val, y, y_val = x[tr], x[val], y[tr], y[val]
-            w = None if w is None else w[tr]
-            self.validation_scores_: list[float] = []
-            self.best_validation_score_ = -np.inf
-        epochs = self._trainer.epoch + self._settings()["max_epochs"]
-        self._trainer.fit(x, y, epochs, x_val=x_val, y_val=y_val, callbacks=[_Stopping(self)],
-                          sample_weight=w)
-
     def partial_fit(self, X, y, classes=None, sample_weight=None) -> CNNClassifier:
         """One epoch over (X, y); ``classes`` (all labels) is required on the first call, labels
         outside them are refused later, and the optimizer state (momentum, Adam's moments, step
@@ -656,8 +656,6 @@ class CNNRegressor(RegressorMixin, _CNNEstimator):
             self._trainer.target_scale = (self.y_mean_, self.y_scale_)
             self._fit_epochs(self._images(X, shape), z, w, rng)
         return self
-
-    _fit_epochs = CNNClassifier._fit_epochs
 
     def predict(self, X) -> np.ndarray:
         check_is_fitted(self, "net_")

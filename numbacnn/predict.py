@@ -39,6 +39,25 @@ def _check_scale(raw: np.ndarray, path: str) -> None:
                         f"digits, 0-16: divide by 16)")
 
 
+def _read_npy(path: str) -> np.ndarray:
+    """An .npy file's array, its header's shape checked against the file's size before np.load
+    allocates it; a DataError with a one-line reason otherwise."""
+    try:
+        check_npy(path)
+        return np.load(path, allow_pickle=False)
+    except UntrustedSize as e:
+        raise DataError(str(e)) from None
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: not a readable .npy file ({e})") from None
+
+
+def _examples(path: str, x: np.ndarray, shape: tuple[int, ...], what: str) -> list[tuple[str, np.ndarray]]:
+    """[(name, example)] of a file's examples x, each named path[i] when there are several."""
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise DataError(f"{path}: {what} of shape {tuple(x.shape[1:])}, the model takes {tuple(shape)}")
+    return [(path if len(x) == 1 else f"{path}[{i}]", x[i]) for i in range(len(x))]
+
+
 def load_series(path: str, shape: tuple[int, int]) -> list[tuple[str, np.ndarray]]:
     """[(name, (C, L) float32 series)] from a .ts, .npy ((N, L) or (N, C, L)), .npz (series: its
     x_test, else x_train) or .csv (label first, one value a column) file; read as train.py reads
@@ -50,13 +69,7 @@ def load_series(path: str, shape: tuple[int, int]) -> list[tuple[str, np.ndarray
     if ext == ".ts":
         x = read_ts(path).x
     elif ext == ".npy":
-        try:
-            check_npy(path)  # the header's shape against the file's size, before np.load allocates it
-            raw = np.load(path, allow_pickle=False)
-        except UntrustedSize as e:
-            raise DataError(str(e)) from None
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path}: not a readable .npy file ({e})") from None
+        raw = _read_npy(path)
         one = raw.ndim == 1 or (raw.ndim == 2 and shape[0] > 1 and raw.shape[0] == shape[0])
         x = as_series(raw[None] if one else raw, path)
     elif ext == ".npz":
@@ -66,10 +79,7 @@ def load_series(path: str, shape: tuple[int, int]) -> list[tuple[str, np.ndarray
         x = load_csv(path, series=True)[0]
     else:
         raise DataError(f"{path}: the model takes series: give .ts, .npy, .npz or .csv files")
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise DataError(f"{path}: series of shape {tuple(x.shape[1:])}, the model takes {tuple(shape)} "
-                        f"(channels, length)")
-    return [(path if len(x) == 1 else f"{path}[{i}]", x[i]) for i in range(len(x))]
+    return _examples(path, x, shape, "series")
 
 
 def load_images(path: str, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
@@ -83,13 +93,7 @@ def load_images(path: str, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray
     if ext in PICTURES:
         return [(path, _picture(path, shape)[0])]  # type: ignore[arg-type]
     if ext == ".npy":
-        try:
-            check_npy(path)  # the header's shape against the file's size, before np.load allocates it
-            raw = np.load(path, allow_pickle=False)
-        except UntrustedSize as e:
-            raise DataError(str(e)) from None
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path}: not a readable .npy file ({e})") from None
+        raw = _read_npy(path)
         _check_scale(raw, path)
         x = as_images(raw[None] if raw.ndim == 2 or (raw.ndim == 3 and raw.shape[0] in (1, 3)
                                                      and shape[0] == raw.shape[0]) else raw, path)
@@ -100,6 +104,4 @@ def load_images(path: str, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray
         x = load_csv(path)[0]
     else:  # IDX images (plain or .gz)
         x = as_images(read_idx(path), path)
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise DataError(f"{path}: images of shape {tuple(x.shape[1:])}, the model takes {tuple(shape)}")
-    return [(path if len(x) == 1 else f"{path}[{i}]", x[i]) for i in range(len(x))]
+    return _examples(path, x, shape, "images")
