@@ -100,5 +100,9 @@ def check_npz(path: str) -> None:
                 if need > have:
                     raise UntrustedSize(f"{path}: member {info.filename}'s header promises {need:,} "
                                         f"bytes of array data, the member holds {max(have, 0):,}")
-    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+    except UntrustedSize:
+        raise
+    # NotImplementedError: an unknown compression method; RuntimeError: an encrypted member
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError, NotImplementedError,
+            RuntimeError) as e:
         raise UntrustedSize(f"{path}: not a readable .npz archive ({e})") from None

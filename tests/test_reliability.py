@@ -18,7 +18,8 @@ import numbacnn as nc
 from numbacnn.checkpoint import CheckpointError
 from numbacnn.data import DataError, load_csv, load_npz, read_idx, write_idx
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None,
+                suppress_health_check=list(HealthCheck))
 
 
 def _idx_bytes(gz: bool) -> bytes:
@@ -93,6 +94,30 @@ def test_any_input_shape_gives_value_error_not_a_crash(shape, dtype):
     except ValueError:
         return
     assert out.shape == (shape[0], 3)
+
+
+def _npz_with_member_field(offset: int, value: int) -> bytes:
+    """An .npz whose central-directory entries carry ``value`` at ``offset`` (8: the flag bits,
+    1 = encrypted; 10: the compression method)."""
+    buf = io.BytesIO()
+    np.savez(buf, x=np.arange(48, dtype=np.uint8).reshape(3, 4, 4), y=np.array([0, 1, 0]))
+    b = bytearray(buf.getvalue())
+    at = b.find(b"PK\x01\x02")
+    assert at > 0
+    while at >= 0:
+        b[at + offset:at + offset + 2] = value.to_bytes(2, "little")
+        at = b.find(b"PK\x01\x02", at + 4)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("offset,value,what", [(8, 1, "encrypted"), (10, 99, "compression method")])
+def test_encrypted_or_unknown_compression_npz_is_one_clean_error(tmp_path, offset, value, what):
+    p = tmp_path / "f.npz"
+    p.write_bytes(_npz_with_member_field(offset, value))
+    with pytest.raises(DataError, match=what):
+        load_npz(str(p))
+    with pytest.raises(CheckpointError, match=what):
+        nc.load_checkpoint(str(p))
 
 
 def test_checkpoint_corruption_and_truncation_are_detected(tmp_path):
