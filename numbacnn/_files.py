@@ -1,12 +1,14 @@
 """What a file looks like from its first bytes, for error messages that name what was found and
 what was expected (never numpy's advice to load a file with pickles); whether an .npy file's or an
-.npz archive's own sizes hold before numpy allocates what they claim."""
+.npz archive's own sizes hold before numpy allocates what they claim; whether an output would
+overwrite an input; how much memory is left to allocate what a file needs."""
 from __future__ import annotations
 
 import math
 import os
 import zipfile
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 _MAGIC = ((b"PK\x03\x04", "a zip archive (.npz)"), (b"PK\x05\x06", "an empty zip archive"),
@@ -106,3 +108,33 @@ def check_npz(path: str) -> None:
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError, NotImplementedError,
             RuntimeError) as e:
         raise UntrustedSize(f"{path}: not a readable .npz archive ({e})") from None
+
+
+def overwrites(out: str, inputs: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
+    """The input (name, path) that writing ``out`` would replace or add to: the same file, through
+    links too, or anything inside an input directory; None when there is none. ``inputs`` pairs a
+    name ("--data", "checkpoint") with a path."""
+    real = os.path.realpath(out)
+    for name, path in inputs:
+        if os.path.isdir(path):
+            root = os.path.realpath(path)
+            if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+                return name, path
+        elif os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
+            return name, path
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give a process without swapping out others (Linux's
+    MemAvailable plus free swap); None where it cannot be told."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = {k: int(v.split()[0]) * 1024
+                      for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        return fields["MemAvailable"] + fields.get("SwapFree", 0)
+    except (OSError, KeyError, ValueError):
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _config, recipes
+from ._files import overwrites
 from ._text import plural
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
 from .augment import Augment
 from .checkpoint import CheckpointError, atomic_write, check_writable, load_checkpoint, save
-from .data import DataError, load_dataset
+from .data import DataError, input_files, load_dataset
 from .device import DeviceError
 from .optimizers import OPTIMIZERS
 from .runconfig import (  # noqa: F401
@@ -253,6 +254,13 @@ def _check_args(args, dp: DataParallel | None, lead: bool) -> Any:
                 check_writable(path)
             except OSError as e:
                 raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    if lead:
+        inputs = [("--data", f) for f in input_files(args.data, args.labels)]
+        inputs += [(f"--{flag}", getattr(args, flag)) for flag in ("resume", "evaluate")
+                   if getattr(args, flag)]
+        outputs = {"--save": args.save, "--metrics-out": args.metrics_out, "--report": args.report,
+                   "--tensorboard": args.tensorboard}
+        _refuse_overwrite(outputs, inputs, allowed=frozenset({("--save", "--resume")}))
     if args.report and lead:
         _check_report_dir(args.report)
     if not (args.tensorboard and lead):
@@ -265,6 +273,19 @@ def _check_args(args, dp: DataParallel | None, lead: bool) -> Any:
         raise UsageError(f"--tensorboard: {e}") from None
     except OSError as e:
         raise UsageError(f"--tensorboard: cannot write {args.tensorboard}: {e.strerror or e}") from None
+
+
+def _refuse_overwrite(outputs: dict[str, str | None], inputs: list[tuple[str, str]],
+                      allowed: frozenset[tuple[str, str]] = frozenset()) -> None:
+    """A UsageError when an output would overwrite (or write into) one of the run's inputs;
+    ``allowed``: (output, input) pairs that may be the same file (--save over --resume)."""
+    for flag, out in outputs.items():
+        hit = overwrites(out, [(n, p) for n, p in inputs if (flag, n) not in allowed]) if out else None
+        if out and hit:
+            name, path = hit
+            inside = os.path.isdir(path) and os.path.realpath(out) != os.path.realpath(path)
+            raise UsageError(f"{flag} {out}: {'lies inside' if inside else 'would overwrite'} the "
+                             f"input {name} {path}; nothing was written, give another path")
 
 
 def _evaluate(args, dp: DataParallel | None, lead: bool) -> int:
@@ -557,6 +578,8 @@ def run_report(argv: list[str] | None = None) -> int:
     for flag, path in (("checkpoint", args.checkpoint), ("--data", args.data)):
         if path and path != "digits" and not os.path.exists(path):
             raise UsageError(f"{flag}: {path}: no such file or directory")
+    _refuse_overwrite({"--out": args.out}, [("checkpoint", args.checkpoint),
+                                            *[("--data", f) for f in input_files(args.data, args.labels)]])
     _check_report_dir(args.out)
     from .report import write_report
 
@@ -581,6 +604,7 @@ def run_export(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not os.path.exists(args.checkpoint):
         raise UsageError(f"checkpoint: {args.checkpoint}: no such file or directory")
+    _refuse_overwrite({"out": args.out}, [("checkpoint", args.checkpoint)])
     try:
         check_writable(args.out)
     except OSError as e:
@@ -654,6 +678,7 @@ def run_find_lr(argv: list[str] | None = None) -> int:
         from .report import require_matplotlib
 
         require_matplotlib()
+        _refuse_overwrite({"--plot": args.plot}, [("--data", f) for f in input_files(args.data, args.labels)])
         try:
             check_writable(args.plot)
         except OSError as e:
@@ -696,6 +721,8 @@ def run_predict(argv: list[str] | None = None) -> int:
     if not os.path.exists(args.checkpoint):
         raise UsageError(f"checkpoint: {args.checkpoint}: no such file or directory")
     if args.out:
+        _refuse_overwrite({"--out": args.out}, [("checkpoint", args.checkpoint),
+                                                *[("file", f) for f in args.files]])
         try:
             check_writable(args.out)
         except OSError as e:

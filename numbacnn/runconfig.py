@@ -4,6 +4,7 @@ settings win; a conflicting flag or other training data is refused)."""
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import available_memory
 from ._text import plural
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
@@ -174,12 +176,20 @@ def _check_batch(net: Sequential, shape: tuple[int, ...], batch_size: int, n: in
                 yield from walk(path, shape)
             shape = layer.output_shape(shape)
 
-    smallest = min(batch_size, n)
+    smallest, outputs = min(batch_size, n), 0
     for layer, in_shape in walk(net.layers, tuple(shape)):
         need = layer.smallest_batch(in_shape)
         if smallest < need:
             raise UsageError(f"--batch-size {batch_size}: {layer._label()} needs at least {need} examples a "
                              f"batch (it normalises over the batch)")
+        outputs += math.prod(layer.output_shape(in_shape))
+    # a floor, not an estimate: each layer's output once a batch, the parameters four times (weights,
+    # gradients, two optimizer moments); the step itself holds more (caches, workspaces)
+    floor, have = 4 * (smallest * outputs + 4 * net.n_params), available_memory()
+    if have is not None and floor > have:
+        raise UsageError(f"--batch-size {batch_size}: a training step on {'x'.join(map(str, shape))} inputs "
+                         f"holds at least {floor / 2**30:,.1f} GiB, this machine has {have / 2**30:,.1f} GiB "
+                         f"free (a smaller --batch-size, --image-size or network)")
 
 
 def _standardised(y: np.ndarray, scale: tuple[float, float]) -> np.ndarray:

@@ -113,7 +113,8 @@ def test_a_cache_whose_arrays_were_replaced_is_rebuilt_not_used(tmp_path):
                            ("another shape", dict(x_train=arrays["x_train"][:, :, :4])),
                            ("labels out of range", dict(y_train=arrays["y_train"] + 5)),
                            ("float images", dict(x_train=arrays["x_train"].astype(np.float32)))):
-        np.savez(where, **{**arrays, **doctored})
+        forged = {k: v for k, v in {**arrays, **doctored}.items() if k != "digest"}
+        np.savez(where, **forged, digest=np.array(F._digest(forged)))  # even with a matching digest
         got = F.load_image_folder(str(root), image_size=(8, 8))
         assert not got.from_cache, name
         np.testing.assert_array_equal(got.x_train, fresh.x_train)
@@ -347,3 +348,124 @@ def test_endless_and_exploding_inputs_are_refused_with_bounded_reads(tmp_path, c
     assert os.path.getsize(bomb) < 1 << 20
     with pytest.raises(DataError, match="expands past the 56 bytes its header promises"):
         read_idx(str(bomb))
+
+
+def _stamp(paths):
+    return {str(p): (p.read_bytes() if p.is_file() else None) for p in paths}
+
+
+def test_an_output_that_names_an_input_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """--save / --metrics-out / --report over the data, a link to it, a .ts file's test file, a
+    picture folder; predict --out over a file it reads; export over its checkpoint: exit 2, one line,
+    every input byte for byte as it was. --save over --resume stays allowed (it continues a run)."""
+    data = tmp_path / "d.npz"
+    tiny_npz(str(data), 30)
+    link = tmp_path / "link.npz"
+    os.symlink(data, link)
+    ck = tmp_path / "ck.npz"
+    assert main(["--data", str(data), "--epochs", "1", "--save", str(ck), "--quiet"]) == 0
+    series = tmp_path / "S_TRAIN.ts"
+    rows = "".join(f"{','.join(str((i * j) % 7) for j in range(12))}:{i % 2}\n" for i in range(12))
+    series.write_text(f"@problemName S\n@univariate true\n@equalLength true\n@seriesLength 12\n"
+                      f"@classLabel true 0 1\n@data\n{rows}")
+    series_test = tmp_path / "S_TEST.ts"
+    series_test.write_text(series.read_text())
+    pics = tmp_path / "pics"
+    _folder(str(pics))
+    before = _stamp([data, ck, series, series_test, pics / "a" / "0.png"])
+    cases = [
+        (main, ["--data", str(data), "--epochs", "1", "--save", str(data)], "overwrite the input --data"),
+        (main, ["--data", str(data), "--epochs", "1", "--save", str(link)], "overwrite the input --data"),
+        (main, ["--data", str(data), "--epochs", "2", "--resume", str(ck), "--metrics-out", str(ck)],
+         "would overwrite the input --resume"),
+        (main, ["--data", str(series), "--epochs", "1", "--save", str(series_test)], "S_TEST.ts"),
+        (main, ["--data", str(pics), "--epochs", "1", "--save", str(pics / "a" / "0.png")],
+         "lies inside the input --data"),
+        (main, ["--data", str(pics), "--epochs", "1", "--report", str(pics / "r")], "inside the input"),
+        (lambda a: main(a, command=COMMANDS["predict"]), [str(ck), str(data), "--out", str(data)],
+         "would overwrite the input file"),
+        (lambda a: main(a, command=COMMANDS["export"]), [str(ck), str(ck)], "overwrite the input checkpoint"),
+    ]
+    for run, argv, message in cases:
+        assert run(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "nothing was written" in err and len(err.strip().splitlines()) == 1, err
+        assert _stamp([data, ck, series, series_test, pics / "a" / "0.png"]) == before, argv
+    assert not (pics / "r").exists()
+    # continuing a run into its own checkpoint is what --resume with --save is for
+    assert main(["--data", str(data), "--epochs", "2", "--resume", str(ck), "--save", str(ck),
+                 "--quiet"]) == 0
+
+
+def test_complex_valued_images_and_series_are_refused(tmp_path, capsys):
+    for name, x, extra, what in (("c.npz", np.ones((8, 4, 4), np.complex64), [], "images"),
+                                 ("s.npz", np.ones((8, 1, 16), np.complex128), ["--series"], "series")):
+        np.savez(tmp_path / name, x=x, y=np.arange(8) % 2)
+        assert main(["--data", str(tmp_path / name), "--epochs", "1", "--quiet", *extra]) == 1
+        assert f"{what} must be real numbers, got dtype complex" in capsys.readouterr().err
+
+
+FIFO_FOLDER = """
+import os, sys
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+for c, v in (("a", 20), ("b", 200)):
+    os.makedirs(os.path.join(root, c))
+    for i in range(4):
+        Image.fromarray(np.full((8, 8), v + i, np.uint8)).save(os.path.join(root, c, f"{i}.png"))
+os.mkfifo(os.path.join(root, "a", "pipe.png"))
+from numbacnn.data import folders as F
+for size, channels in ((None, None), ((8, 8), 1)):  # with the header pass and without it
+    got = F.load_image_folder(root, size, channels, cache=False, log=lambda s: None)
+    assert len(got.x_train) == 8, got.x_train.shape
+    assert [(os.path.basename(p), why) for p, why in got.skipped] == [
+        ("pipe.png", "not a regular file (a FIFO); skipped unread")], got.skipped
+print("ok")
+"""
+
+
+def test_a_fifo_named_like_a_picture_is_skipped_and_named_without_hanging(tmp_path):
+    got = subprocess.run([sys.executable, "-c", FIFO_FOLDER, str(tmp_path / "pics")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", got.stderr[-2000:]
+
+
+def test_picture_sizes_that_cannot_fit_are_refused_before_decoding(tmp_path, monkeypatch, capsys):
+    """--image-size past Pillow's bomb limit; pictures or a training step larger than the memory
+    left: one line each, before a picture is decoded or a step is run."""
+    import numbacnn.runconfig as rc
+
+    root = tmp_path / "pics"
+    _folder(str(root))
+    assert main(["--data", str(root), "--image-size", "65536", "--epochs", "1", "--quiet"]) == 1
+    assert "pictures of 65536x65536 are 4,294,967,296 pixels each, over Pillow's" in capsys.readouterr().err
+    monkeypatch.setattr(F, "read_picture", lambda *a: pytest.fail("decoded a picture"))
+    monkeypatch.setattr(F, "available_memory", lambda: 10 * 3 * 64 * 64 * 5 - 1)
+    assert main(["--data", str(root), "--image-size", "64", "--channels", "3", "--epochs", "1",
+                 "--quiet"]) == 1
+    assert "10 pictures of 3x64x64 need about" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setattr(rc, "available_memory", lambda: 2**10)
+    assert main(["--data", str(root), "--arch", "conv(64,3),relu,gap", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size 64: a training step on 1x8x8 inputs holds at least" in err and "0.0 GiB free" in err
+
+
+def test_a_cache_with_arrays_of_another_shape_is_rebuilt_without_an_image_size(tmp_path):
+    """The folder decides the shape (no --image-size, no --channels): a cache whose arrays were
+    swapped for pictures of another shape, key kept, is rebuilt from the pictures."""
+    root = tmp_path / "pics"
+    _folder(str(root))
+    fresh = F.load_image_folder(str(root))
+    where = F.cache_path(str(root))
+    with np.load(where) as z:
+        arrays = {k: z[k] for k in z.files}
+    assert F.load_image_folder(str(root)).from_cache
+    for doctored in (dict(x_train=np.zeros((len(arrays["x_train"]), 1, 4, 4), np.uint8)),
+                     dict(x_train=np.zeros((len(arrays["x_train"]), 3, 8, 8), np.uint8)),
+                     dict(x_train=arrays["x_train"] // 2)):
+        np.savez(where, **{**arrays, **doctored})
+        got = F.load_image_folder(str(root))
+        assert not got.from_cache
+        np.testing.assert_array_equal(got.x_train, fresh.x_train)

@@ -61,6 +61,8 @@ def as_images(x: np.ndarray, source: str) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise DataError(f"{source}: images must be numeric, got dtype {x.dtype}")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise DataError(f"{source}: images must be real numbers, got dtype {x.dtype}")
     if x.ndim == 3:
         x = x[:, None]
     elif x.ndim == 4 and x.shape[3] in (1, 3) and x.shape[1] not in (1, 3):
@@ -470,24 +472,37 @@ class Loaded:
 class Format:
     """An entry of the format registry: ``claims(path)`` says whether this format reads ``path``;
     ``load(path, options)`` reads it; ``takes``: the options that apply to it (any other given
-    option is refused with one line)."""
+    option is refused with one line); ``reads(path)``: the files and directories it reads (a
+    directory: everything inside it), which a run's outputs must not overwrite."""
 
     name: str
     claims: Callable[[str], bool]
     load: Callable[[str, Options], Loaded]
     takes: frozenset[str] = frozenset()
+    reads: Callable[[str], list[str]] = lambda path: [path]
 
 
 FORMATS: list[Format] = []  # in the order load_dataset asks them; the first that claims a path reads it
 
 
-def register_format(name: str, claims: Callable[[str], bool], takes: tuple[str, ...] = ()
+def register_format(name: str, claims: Callable[[str], bool], takes: tuple[str, ...] = (),
+                    reads: Callable[[str], list[str]] | None = None
                     ) -> Callable[[Callable[[str, Options], Loaded]], Callable[[str, Options], Loaded]]:
     """Decorator: add a loader to the registry (after the ones before it)."""
     def add(load: Callable[[str, Options], Loaded]) -> Callable[[str, Options], Loaded]:
-        FORMATS.append(Format(name, claims, load, frozenset(takes)))
+        FORMATS.append(Format(name, claims, load, frozenset(takes), *([reads] if reads else [])))
         return load
     return add
+
+
+def input_files(path: str | None, labels: str | None = None) -> list[str]:
+    """What loading ``path`` (and ``labels``) reads, as its format says: the files (a ``.ts``
+    file's test file beside it, an IDX file's labels), or a directory whose whole content is data."""
+    if path is None or path == "digits" or not os.path.exists(path):
+        return []
+    fmt = next((f for f in FORMATS if f.claims(path)), None)
+    found = fmt.reads(path) if fmt else [path]
+    return found + ([labels] if labels and os.path.exists(labels) else [])
 
 
 _OPTION_FLAGS = {"labels": "--labels", "image_size": "--image-size", "channels": "--channels",
@@ -568,7 +583,11 @@ def shuffled_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
 
 
 # --- the registry's entries, in the order they are asked -----------------------------------------
-@register_format("an IDX directory", lambda p: _idx_pairs(p) is not None)
+def _idx_directory_files(path: str) -> list[str]:
+    return [f for pair in _idx_pairs(path) or () if pair for f in pair]
+
+
+@register_format("an IDX directory", lambda p: _idx_pairs(p) is not None, reads=_idx_directory_files)
 def _load_idx_directory(path: str, opts: Options) -> Loaded:
     train, test = _idx_pairs(path)  # type: ignore[misc]  # claimed: one of them is there
     name = os.path.basename(os.path.normpath(path))
@@ -608,7 +627,8 @@ def _suffix(*ends: str) -> Callable[[str], bool]:
     return lambda p: os.path.isfile(p) and p.lower().endswith(ends)
 
 
-@register_format(".ts series", _suffix(".ts"), ("series_length", "fill_missing"))
+@register_format(".ts series", _suffix(".ts"), ("series_length", "fill_missing"),
+                 reads=lambda p: [p, *filter(None, [_test_beside(p)])])
 def _load_ts(path: str, opts: Options) -> Loaded:
     from .series import fit_length, read_ts
 
@@ -663,7 +683,14 @@ def _looks_idx(path: str) -> bool:
     return os.path.isfile(path) and looks_like(path) in ("an IDX file", "gzip-compressed data")
 
 
-@register_format("IDX images", _looks_idx, ("labels",))
+def _idx_file_and_labels(path: str) -> list[str]:
+    try:
+        return [path, labels_beside(path)]
+    except DataError:  # said when it is loaded
+        return [path]
+
+
+@register_format("IDX images", _looks_idx, ("labels",), reads=_idx_file_and_labels)
 def _load_idx_file(path: str, opts: Options) -> Loaded:
     x, y = load_idx(path, opts.labels or labels_beside(path))
     return Loaded(os.path.basename(path), x, y)

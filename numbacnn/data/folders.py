@@ -12,6 +12,7 @@ import collections
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 import warnings
@@ -24,14 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from .._files import check_npz
+from .._files import available_memory, check_npz
 from .._text import install_hint, interactive
 from .error import DataError
 
 EXTRA = install_hint("image")
 PICTURES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 TEST_SPLITS = ("test", "val", "valid", "validation")  # names of a held-out split beside train/
-CACHE_VERSION = 2  # 2: 16-bit grey scaled, EXIF orientation applied
+CACHE_VERSION = 3  # 2: 16-bit grey scaled, EXIF orientation applied; 3: the arrays' digest kept
 GREY_MODES = {"1", "L", "LA", "La", "I", "F", "I;16", "I;16L", "I;16B", "I;16N"}
 
 
@@ -86,6 +87,23 @@ def _upright(img):
     return ImageOps.exif_transpose(img)
 
 
+def _open_regular(path: str):
+    """``path`` opened for reading when it is a regular file (through links), else DataError: a
+    FIFO, socket or device named like a picture is refused without waiting for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, read or not
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+            raise DataError(f"{path}: not a regular file ({kind}); skipped unread")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_picture(path: str, channels: int, size: tuple[int, int]) -> np.ndarray:
     """One picture as uint8 (channels, H, W): 16-bit grey scaled to 8 bits, turned upright by its
     EXIF orientation, converted to grey ("L") or RGB, resized (bilinear) to ``size`` = (H, W) when
@@ -94,12 +112,14 @@ def read_picture(path: str, channels: int, size: tuple[int, int]) -> np.ndarray:
     Image = _pillow()
     h, w = size
     try:
-        with Image.open(path) as opened:
+        with _open_regular(path) as f, Image.open(f) as opened:
             _refuse_bomb(Image, opened, path)
             img = _eight_bit(Image, _upright(opened)).convert("L" if channels == 1 else "RGB")
             if img.size != (w, h):
                 img = img.resize((w, h), Image.Resampling.BILINEAR)
             a = np.asarray(img, dtype=np.uint8)
+    except DataError:
+        raise
     except Image.DecompressionBombError as e:
         raise DataError(f"{path}: refused, larger than Pillow's decompression-bomb limit ({e})") from None
     except (OSError, SyntaxError, ValueError) as e:  # not an image, truncated, unsupported
@@ -111,7 +131,7 @@ def _header(path: str) -> tuple[tuple[int, int], bool] | str:
     """((H, W), has colour) from the picture's header, or the reason it cannot be read."""
     Image = _pillow()
     try:
-        with Image.open(path) as img:
+        with _open_regular(path) as f, Image.open(f) as img:
             _refuse_bomb(Image, img, path)
             colour = img.mode not in GREY_MODES
             if img.mode in ("P", "PA"):  # a palette: colour only if some entry is not grey
@@ -239,6 +259,9 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) != key:
                 return None
+            arrays = {k: z[k] for k in z.files if k != "digest"}
+            if str(z["digest"]) != _digest(arrays):  # arrays replaced by hand (another shape, ...)
+                return None
             test = "x_test" in z.files
             data = FolderData(z["x_train"], z["y_train"], z["x_test"] if test else None,
                               z["y_test"] if test else None, [str(c) for c in z["classes"]],
@@ -260,11 +283,23 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
     return data if fits else None
 
 
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the cache's arrays (names, types, shapes, bytes): a cache whose arrays do not
+    match what was written for the folder is rebuilt, whatever shape they have."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.data)  # the buffer itself, not a copy
+    return h.hexdigest()
+
+
 def _write_cache(path: str, key: str, data: FolderData) -> bool:
     arrays = {"key": np.array(key), "x_train": data.x_train, "y_train": data.y_train,
               "classes": np.array(data.classes), "skipped": np.array(json.dumps(data.skipped))}
     if data.x_test is not None and data.y_test is not None:
         arrays.update(x_test=data.x_test, y_test=data.y_test)
+    arrays["digest"] = np.array(_digest(arrays))
     d = os.path.dirname(path)
     try:
         os.makedirs(d, exist_ok=True)
@@ -343,6 +378,7 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
         image_size = max(counts, key=lambda s: (counts[s], s))
     c = channels or (3 if any(colour for _, colour in good) else 1)
     size = (int(image_size[0]), int(image_size[1]))
+    _check_fits(root, len(good), c, size)
 
     def decode(path: str) -> np.ndarray | str:
         try:
@@ -375,6 +411,23 @@ def load_image_folder(root: str, image_size: tuple[int, int] | None = None, chan
         log(f"{root}: decoded {len(kept)} pictures of {len(classes)} classes to {c}x{size[0]}x{size[1]} "
             f"in {time.perf_counter() - t0:.1f} s" + (f"; cached in {where}" if wrote else ""))
     return data
+
+
+def _check_fits(root: str, n: int, channels: int, size: tuple[int, int]) -> None:
+    """Before decoding: the pictures resized to ``size`` are within Pillow's decompression-bomb
+    limit, and ``n`` of them (uint8, then the float32 copy training uses) fit in this machine's
+    memory; DataError in one line otherwise."""
+    Image = _pillow()
+    pixels = size[0] * size[1]
+    if Image.MAX_IMAGE_PIXELS and pixels > Image.MAX_IMAGE_PIXELS:
+        raise DataError(f"{root}: pictures of {size[0]}x{size[1]} are {pixels:,} pixels each, over "
+                        f"Pillow's decompression-bomb limit ({Image.MAX_IMAGE_PIXELS:,}); a smaller "
+                        f"--image-size")
+    need, have = n * channels * pixels * 5, available_memory()
+    if have is not None and need > have:
+        raise DataError(f"{root}: {n:,} pictures of {channels}x{size[0]}x{size[1]} need about "
+                        f"{need / 2**30:,.1f} GiB (uint8 and float32), this machine has "
+                        f"{have / 2**30:,.1f} GiB free; a smaller --image-size")
 
 
 def _align(files: list, todo: list, pixels: list) -> list:

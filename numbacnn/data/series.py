@@ -232,6 +232,8 @@ def as_series(x: np.ndarray, source: str) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise DataError(f"{source}: series must be numeric, got dtype {x.dtype}")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise DataError(f"{source}: series must be real numbers, got dtype {x.dtype}")
     if x.ndim == 2:
         x = x[:, None]
     if x.ndim != 3:
