@@ -279,6 +279,12 @@ def _refuse_overwrite(outputs: dict[str, str | None], inputs: list[tuple[str, st
                       allowed: frozenset[tuple[str, str]] = frozenset()) -> None:
     """A UsageError when an output would overwrite (or write into) one of the run's inputs;
     ``allowed``: (output, input) pairs that may be the same file (--save over --resume)."""
+    given = [(flag, os.path.realpath(out)) for flag, out in outputs.items() if out]
+    for i, (flag, real) in enumerate(given):
+        other = next((f for f, r in given[i + 1:] if r == real), None)
+        if other:
+            raise UsageError(f"{flag} and {other} name the same file {outputs[flag]}; one would overwrite "
+                             f"the other")
     for flag, out in outputs.items():
         hit = overwrites(out, [(n, p) for n, p in inputs if (flag, n) not in allowed]) if out else None
         if out and hit:
@@ -399,7 +405,10 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
     trainer.target_scale = cfg.target_scale
     stopper = EarlyStopping(cfg.early_stopping) if cfg.early_stopping else None
     if cfg.trainer_state is not None:
-        trainer.load_state(cfg.trainer_state)
+        try:
+            trainer.load_state(cfg.trainer_state, len(cfg.x_tr))
+        except ValueError as e:
+            raise CheckpointError(f"{args.resume}: {e}") from None
         if trainer.epoch >= cfg.epochs:
             if lead:
                 print(f"nothing to train: {args.resume} holds {plural(trainer.epoch, 'epoch')} already "

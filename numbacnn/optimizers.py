@@ -103,6 +103,7 @@ class Optimizer:
 
     name = "optimizer"
     state_names: tuple[str, ...] = ()
+    nonnegative: tuple[str, ...] = ()  # state arrays that are means of squares
 
     weight_decay = 0.0
 
@@ -202,6 +203,16 @@ class Optimizer:
                 **{k: np.array(self.backend.to_host(v)) for k, v in self.state.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore ``state_dict()``'s output, checked whole before anything changes (ValueError
+        naming the entry): every state array present, float32, of its shape, finite (the second
+        moments not negative), no unknown names, and a whole step count."""
+        unknown = sorted(set(d) - {"step"} - set(self.state))
+        if unknown:
+            raise ValueError(f"{self.name} state has unknown entries {', '.join(map(repr, unknown))} "
+                             f"(it holds {', '.join(map(repr, self.state)) or 'none'})")
+        step = d.get("step")
+        if not (isinstance(step, (int, np.integer)) and not isinstance(step, bool) and 0 <= step < 2**53):
+            raise ValueError(f"{self.name} step count must be a whole number in [0, 2^53), got {step!r}")
         for k in self.state:
             if k not in d:
                 raise ValueError(f"{self.name} state is missing {k!r}")
@@ -209,9 +220,15 @@ class Optimizer:
             if a.shape != self.state[k].shape:
                 raise ValueError(f"{self.name} state {k!r} has shape {a.shape}, expected "
                                  f"{self.state[k].shape}")
+            if a.dtype != np.float32:
+                raise ValueError(f"{self.name} state {k!r} has dtype {a.dtype}, expected float32")
+            if not np.isfinite(a).all():
+                raise ValueError(f"{self.name} state {k!r} holds NaN or infinite values")
+            if k in self.nonnegative and (a < 0).any():
+                raise ValueError(f"{self.name} state {k!r} holds negative values (a mean of squares)")
         for k in self.state:
             self.backend.write(self.state[k], np.asarray(d[k]))
-        self.step_count = int(d["step"])
+        self.step_count = int(step)
 
     def __repr__(self) -> str:
         hp = ", ".join(f"{k}={v}" for k, v in self.hyperparameters().items())
@@ -250,6 +267,7 @@ class RMSProp(Optimizer):
 
     name = "rmsprop"
     state_names = ("square_avg", "grad_avg", "momentum_buffer")
+    nonnegative = ("square_avg",)
 
     def __init__(self, net: Model, lr: float = 0.01, alpha: float = 0.99, eps: float = 1e-8,
                  momentum: float = 0.0, centered: bool = False, weight_decay: float = 0.0,
@@ -276,6 +294,7 @@ class Adam(Optimizer):
 
     name = "adam"
     state_names = ("exp_avg", "exp_avg_sq")
+    nonnegative = ("exp_avg_sq",)
 
     def __init__(self, net: Model, lr: float = 0.001, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0,

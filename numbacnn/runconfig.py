@@ -20,7 +20,8 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .data import Dataset, is_image_folder, load_dataset, shuffled_split, stratified_split
 from .layers import Normalize
 from .network import Sequential
-from .optimizers import Optimizer, make_optimizer
+from .optimizers import OPTIMIZERS, Optimizer, make_optimizer
+from .training import LR_SCHEDULES
 
 DEFAULT_LR = {"sgd": 0.05, "rmsprop": 1e-3}
 DEFAULT_WEIGHT_DECAY = {"adamw": 0.01}  # torch's defaults; the others 0
@@ -203,8 +204,17 @@ def _resume_meta(args: Any, on_lead: Callable[[Callable[[], Any]], Any]) -> tupl
         return None, {}
     resume = on_lead(lambda: load_checkpoint(args.resume))
     tmeta: dict[str, Any] = resume.meta.get("training", {})
-    if not tmeta:
+    if not tmeta or not tmeta.get("trainer"):
         raise CheckpointError(f"{args.resume}: holds no training state to resume (saved by nc.save?)")
+    for key, known in (("optimizer_name", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES)):
+        if tmeta.get(key) is not None and tmeta[key] not in known:
+            raise CheckpointError(f"{args.resume}: the checkpoint's metadata field 'training.{key}' holds "
+                                  f"{tmeta[key]!r}; known: {', '.join(known)}")
+    try:
+        Augment.parse(tmeta.get("augment"))
+    except ValueError as e:
+        raise CheckpointError(f"{args.resume}: the checkpoint's metadata field 'training.augment': "
+                              f"{e}") from None
     for flag, key in (("arch", "architecture"), ("optimizer", "optimizer_name")):
         given = getattr(args, flag)
         if given is not None and given != tmeta[key]:
@@ -270,8 +280,15 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         net = resume.net.to(args.device)
         check_shapes(net, ds, args.resume)
         opt_info = resume.optimizer or {}
-        opt = make_optimizer(opt_info["name"], net, **opt_info["hyperparameters"])
-        opt.load_state_dict({"step": opt_info["step"], **resume.optimizer_state})
+        try:  # hand-edited names, hyperparameters, step counts and arrays: one line, not a traceback
+            hp = opt_info.get("hyperparameters", {})
+            opt = make_optimizer(str(opt_info.get("name")), net, **hp)
+            missing = sorted(set(opt.hyperparameters()) - set(hp))
+            if missing:  # a default in their place would be another run than the one saved
+                raise ValueError(f"the saved hyperparameters lack {', '.join(missing)}")
+            opt.load_state_dict({"step": opt_info.get("step"), **resume.optimizer_state})
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f"{args.resume}: the optimizer: {e}") from None
     else:
         # colour images and series: each channel standardised with the training part's statistics, inside
         # the network (so prediction, evaluation and ONNX apply them too)
@@ -301,4 +318,4 @@ def configure(args: Any, on_lead: Callable[[Callable[[], Any]], Any], progress: 
         raise UsageError("--early-stopping needs validation data: give --val-size (e.g. 0.1)")
     return RunConfig(ds, arch, opt_name, seed, test_size, val_size, epochs, batch_size, schedule,
                      fingerprint, x_tr, y_tr, x_val, y_val, net, opt,
-                     tmeta["trainer"] if resume else None, augment, smoothing, patience, target_scale)
+                     tmeta.get("trainer") if resume else None, augment, smoothing, patience, target_scale)

@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 LR_SCHEDULES = ("constant", "cosine", "onecycle", "triangle")
 
 
+def _shown(v: Any) -> str:
+    """A value for an error message: its JSON, at most 60 characters."""
+    import json
+
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def onecycle(step: int, total: int, max_lr: float, pct_start: float = 0.3, div_factor: float = 25.0,
              final_div_factor: float = 1e4, momenta: tuple[float, float] = (0.85, 0.95)
              ) -> tuple[float, float]:
@@ -305,7 +316,10 @@ class Trainer:
                 "history": self.history, "batch_size": self.batch_size, "base_lr": self.base_lr,
                 "lr_schedule": self.lr_schedule, "seed": self.seed}
 
-    def load_state(self, st: dict[str, Any]) -> None:
+    def load_state(self, st: dict[str, Any], n: int | None = None) -> None:
+        """Restore ``state()``'s output, checked whole first (``check_state``; ``n``: the
+        examples an epoch will see, for the mid-epoch position)."""
+        self.check_state(st, n)
         self.epoch = int(st["epoch"])
         self._step = int(st["step"])
         self.rng.bit_generator.state = st["rng"]
@@ -315,6 +329,57 @@ class Trainer:
         self.base_lr = float(st.get("base_lr", self.base_lr))
         self.lr_schedule = st.get("lr_schedule", self.lr_schedule)
         self.seed = int(st.get("seed", self.seed))
+
+    def check_state(self, st: Any, n: int | None = None) -> None:
+        """ValueError naming the first field of a saved trainer state (a checkpoint's, possibly
+        edited by hand) that ``load_state`` and the resumed epoch could not use."""
+        def whole(v: Any, low: int = 0, high: int = 2**53) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and low <= v < high
+
+        def number(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+        def generator(v: Any) -> bool:
+            try:
+                np.random.default_rng(0).bit_generator.state = v
+            except (TypeError, ValueError, KeyError, OverflowError, AttributeError):
+                return False
+            return True
+
+        if not isinstance(st, dict):
+            raise ValueError(f"the trainer state is a {type(st).__name__}, not an object")
+        p = st.get("partial")
+        checks = {
+            "epoch": whole(st.get("epoch"), 0, 2**31), "step": whole(st.get("step")),
+            "rng": generator(st.get("rng")),
+            "epoch_rng": st.get("epoch_rng") is None or generator(st.get("epoch_rng")),
+            "partial": isinstance(p, dict) and set(p) == {"loss", "correct", "seen", "seconds"}
+            and number(p["loss"]) and number(p["seconds"]) and whole(p["correct"]) and whole(p["seen"])
+            and p["correct"] <= p["seen"] and (n is None or p["seen"] <= n),
+            "history": isinstance(st.get("history"), list) and all(
+                isinstance(h, dict) and whole(h.get("epoch"), 1) and all(
+                    isinstance(k, str) and (v is None or isinstance(v, (int, float))) for k, v in h.items())
+                for h in st["history"]),
+            "batch_size": whole(st.get("batch_size"), 1), "seed": whole(st.get("seed", 0), 0, 2**64),
+            "base_lr": number(st.get("base_lr", 1.0)) and st.get("base_lr", 1.0) > 0,
+            "lr_schedule": st.get("lr_schedule", "constant") in LR_SCHEDULES,
+        }
+        bad = next((k for k, ok in checks.items() if not ok), None)
+        if bad is not None:
+            raise ValueError(f"the trainer state's field {bad!r} holds {_shown(st.get(bad))}, which is "
+                             f"not valid there")
+        if st["batch_size"] != self.batch_size:
+            raise ValueError(f"the trainer state's field 'batch_size' holds {st['batch_size']}, not the "
+                             f"run's {self.batch_size}")
+        if len(st["history"]) != st["epoch"]:
+            raise ValueError(f"the trainer state's field 'history' holds {len(st['history'])} epochs, its "
+                             f"'epoch' says {st['epoch']}")
+        if n is not None and st["epoch_rng"] is not None:
+            steps = self.steps_per_epoch(n)
+            seen = st["partial"]["seen"]
+            if st["step"] > steps or (st["step"] > 0 and seen == 0):
+                raise ValueError(f"the trainer state's field 'step' holds {st['step']} (with "
+                                 f"{seen} examples seen), but an epoch here has {steps} steps")
 
     # --- training --------------------------------------------------------------------------------
     def steps_per_epoch(self, n: int) -> int:

@@ -392,6 +392,9 @@ def test_an_output_that_names_an_input_is_refused_and_nothing_is_written(tmp_pat
         assert message in err and "nothing was written" in err and len(err.strip().splitlines()) == 1, err
         assert _stamp([data, ck, series, series_test, pics / "a" / "0.png"]) == before, argv
     assert not (pics / "r").exists()
+    o = str(tmp_path / "o")
+    assert main(["--data", str(data), "--save", o, "--metrics-out", o]) == 2
+    assert "--save and --metrics-out name the same file" in capsys.readouterr().err
     # continuing a run into its own checkpoint is what --resume with --save is for
     assert main(["--data", str(data), "--epochs", "2", "--resume", str(ck), "--save", str(ck),
                  "--quiet"]) == 0
@@ -469,3 +472,109 @@ def test_a_cache_with_arrays_of_another_shape_is_rebuilt_without_an_image_size(t
         got = F.load_image_folder(str(root))
         assert not got.from_cache
         np.testing.assert_array_equal(got.x_train, fresh.x_train)
+
+
+def _rewrite(src, dst, meta_change=None, arrays_change=None):
+    """A copy of checkpoint src with its metadata (a dict) and arrays changed, the checksum recomputed."""
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files if not k.startswith("__")}
+        meta = json.loads(z["__meta__"].tobytes())
+    if meta_change:
+        meta_change(meta)
+    if arrays_change:
+        arrays_change(arrays)
+    meta_bytes = json.dumps(meta).encode()
+    arrays["__meta__"] = np.frombuffer(meta_bytes, np.uint8)
+    arrays["__checksum__"] = np.frombuffer(_digest(meta_bytes, arrays).encode(), np.uint8)
+    np.savez(dst, **arrays)
+
+
+def _opt(m):
+    return m["optimizer"]
+
+
+def _trainer(m):
+    return m["training"]["trainer"]
+
+
+def _mid_epoch(m, step, seen):
+    _trainer(m).update(epoch_rng=_trainer(m)["rng"], step=step, partial={"loss": 1.0, "correct": 0,
+                                                                         "seen": seen, "seconds": 0.1})
+
+
+def _hp(**kw):
+    return lambda m: _opt(m)["hyperparameters"].update(**kw)
+
+
+def _tr(**kw):
+    return lambda m: _trainer(m).update(**kw)
+
+
+def _state(name, fn):
+    return lambda a: a.update({f"opt/{name}": fn(a[f"opt/{name}"])})
+
+
+RESUME_EDITS = {  # name: (metadata change, arrays change, what the line names)
+    "unknown optimizer": (lambda m: _opt(m).update(name="nope"), None, "unknown optimizer 'nope'"),
+    "another optimizer's hyperparameters": (lambda m: _opt(m).update(name="sgd"), None, "betas"),
+    "no step count": (lambda m: _opt(m).pop("step"), None, "step count must be a whole number"),
+    "a step count as text": (lambda m: _opt(m).update(step="5"), None, "got '5'"),
+    "a negative step count": (lambda m: _opt(m).update(step=-3), None, "got -3"),
+    "a fractional step count": (lambda m: _opt(m).update(step=1.5), None, "got 1.5"),
+    "a learning rate as text": (_hp(lr="fast"), None, "lr must be a number"),
+    "a negative learning rate": (_hp(lr=-1), None, "lr must lie in"),
+    "an unknown hyperparameter": (_hp(foo=1), None, "'foo'"),
+    "three betas": (_hp(betas=[0.9] * 3), None, "betas must be a pair"),
+    "a missing learning rate": (lambda m: _opt(m)["hyperparameters"].pop("lr"), None, "lack lr"),
+    "a state of the wrong shape": (None, _state("exp_avg", lambda v: v[:7]), "has shape (7,)"),
+    "a float64 state": (None, _state("exp_avg", lambda v: v.astype(np.float64)), "dtype float64"),
+    "a missing state": (None, lambda a: a.pop("opt/exp_avg"), "missing 'exp_avg'"),
+    "an unknown state": (None, lambda a: a.update({"opt/momentum": np.zeros(3, np.float32)}),
+                         "unknown entries 'momentum'"),
+    "a NaN state": (None, _state("exp_avg", lambda v: np.full_like(v, np.nan)), "NaN or infinite"),
+    "a negative mean of squares": (None, _state("exp_avg_sq", lambda v: -np.ones_like(v)), "negative values"),
+    "another generator's state": (_tr(rng={"bit_generator": "MT19937", "state": {}}), None, "field 'rng'"),
+    "an empty generator state": (_tr(rng={}), None, "field 'rng'"),
+    "a generator state with text": (lambda m: _trainer(m)["rng"]["state"].update(inc="x"), None,
+                                    "field 'rng'"),
+    "an epoch generator of nothing": (_tr(epoch_rng={"a": 1}), None, "field 'epoch_rng'"),
+    "a partial epoch with text": (lambda m: _trainer(m)["partial"].update(seen="x"), None, "field 'partial'"),
+    "an empty partial epoch": (_tr(partial={}), None, "field 'partial'"),
+    "a partial epoch with more right than seen": (lambda m: _trainer(m)["partial"].update(correct=10**6),
+                                                  None, "field 'partial'"),
+    "a partial epoch with a NaN loss": (lambda m: _trainer(m)["partial"].update(loss=float("nan")), None,
+                                        "field 'partial'"),
+    "an epoch record with text": (_tr(history=[{"epoch": "x"}]), None, "field 'history'"),
+    "an epoch record short of epochs": (_tr(history=[]), None, "holds 0 epochs"),
+    "a huge epoch": (_tr(epoch=10**20), None, "field 'epoch'"),
+    "a step past the epoch's end": (lambda m: _mid_epoch(m, 7, 30), None, "an epoch here has 1 steps"),
+    "a step with nothing seen": (lambda m: _mid_epoch(m, 1, 0), None, "0 examples seen"),
+    "no trainer": (lambda m: m["training"].pop("trainer"), None, "holds no training state"),
+    "a negative base rate": (_tr(base_lr=-1.0), None, "field 'base_lr'"),
+    "an unknown trainer schedule": (_tr(lr_schedule="zzz"), None, "field 'lr_schedule'"),
+    "an unknown run schedule": (lambda m: m["training"].update(lr_schedule="zzz"), None,
+                                "training.lr_schedule"),
+    "an unknown augmentation": (lambda m: m["training"].update(augment="flip=x"), None, "training.augment"),
+    "an unknown optimizer name": (lambda m: m["training"].update(optimizer_name="zzz"), None,
+                                  "training.optimizer_name"),
+    "another batch size in the trainer": (_tr(batch_size=3), None, "field 'batch_size'"),
+}
+
+
+def test_hand_edited_training_states_on_resume_are_one_line(tmp_path, capsys):
+    """Optimizer names, hyperparameters, step counts and state arrays, the trainer's generators,
+    partial epoch and records, edited by hand (checksum recomputed): exit 1, one line naming the
+    checkpoint and the field, nothing written; the unedited checkpoint still resumes."""
+    data = tiny_npz(tmp_path / "t.npz", 60)
+    ck = str(tmp_path / "ck.npz")
+    assert main(["--quiet", "--data", data, "--epochs", "1", "--save", ck]) == 0
+    out = tmp_path / "out.npz"
+    for name, (meta_change, arrays_change, message) in RESUME_EDITS.items():
+        bad = str(tmp_path / "bad.npz")
+        _rewrite(ck, bad, meta_change, arrays_change)
+        rc = main(["--quiet", "--data", data, "--epochs", "2", "--resume", bad, "--save", str(out)])
+        err = capsys.readouterr().err
+        assert rc == 1 and err.count("\n") == 1 and bad in err and message in err, (name, err)
+        assert not out.exists(), name
+    _rewrite(ck, str(tmp_path / "same.npz"))
+    assert main(["--quiet", "--data", data, "--epochs", "2", "--resume", str(tmp_path / "same.npz")]) == 0
