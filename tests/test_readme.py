@@ -35,3 +35,17 @@ def test_every_readme_python_block_runs_in_order(tmp_path, monkeypatch, capsys):
     # the scikit-learn block's cross_val_score(CNNClassifier(random_state=0), X, y, cv=5).mean()
     scores = [float(line) for line in printed.splitlines() if re.fullmatch(r"0\.\d+", line.strip())]
     assert len(scores) == 1 and scores[0] >= 0.97, scores  # README: 0.976
+
+
+def test_the_readme_is_short_and_its_links_and_the_docs_links_resolve():
+    """At most 200 lines (results: one table and links; history lives in docs/performance.md), and
+    every relative link of the README and docs/ names a file that exists."""
+    import glob
+
+    assert len(open(README, encoding="utf-8").read().splitlines()) <= 200
+    broken = []
+    for doc in [README, *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
+        for link in re.findall(r"\]\(([^)#\s]+)", open(doc, encoding="utf-8").read()):
+            if "://" not in link and not os.path.exists(os.path.join(os.path.dirname(doc), link)):
+                broken.append((os.path.relpath(doc, ROOT), link))
+    assert broken == []
