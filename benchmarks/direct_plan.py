@@ -16,8 +16,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from numbacnn import _config
-from numbacnn.backend import cpu as cpu_backend
+from numbacnn import _config, tuning
 from numbacnn.kernels.cpu.blas import sgemm
 from numbacnn.kernels.cpu.conv2d_direct import direct_rows, direct_weight_grad
 from numbacnn.kernels.cpu.conv2d_wide import im2col_wide
@@ -98,12 +97,12 @@ def steps() -> None:
     for net in ("lenet5", "mnistcnn"):
         for batch in (64, 256):
             models = {}
-            saved = cpu_backend.DIRECT_MAX_CKK
+            saved = tuning.DIRECT_MAX_CKK
             for name, limit in (("wide", 0), ("direct", saved)):
-                cpu_backend.DIRECT_MAX_CKK = limit  # read when a layer first picks its plan
+                tuning.DIRECT_MAX_CKK = limit  # read when a layer first picks its plan
                 models[name] = bench._Ours(net, batch)
                 models[name].train_step()  # records the step with this plan
-            cpu_backend.DIRECT_MAX_CKK = saved
+            tuning.DIRECT_MAX_CKK = saved
             rates: dict[str, list[float]] = {"wide": [], "direct": []}
             for _ in range(5):
                 for name, m in models.items():

@@ -7,7 +7,7 @@ from typing import Any
 
 import numba
 
-from . import prebuilt
+from . import prebuilt, tuning
 from ._flags import FASTMATH, KERNEL_OPT
 
 
@@ -220,30 +220,17 @@ def get_num_threads() -> int:
     return numba.get_num_threads()
 
 
-# How long an idle OpenMP thread spins before it sleeps (libgomp's GOMP_SPINCOUNT; its default is
-# 300,000, near a millisecond). A training step runs many short parallel regions; with the default,
-# each waiting thread spins through the gaps and takes the core from anything else that wants it:
-# two `python train.py --epochs 4` at once took 2.3-3.3x the time of one after the other on 2 cores,
-# and 1.2-1.3x OMP_WAIT_POLICY=passive's time beside three busy processes. Measured interleaved on
-# 2 cores (benchmarks/company.py, benchmarks/spin_ab.py; docs/performance.md, "Spin"): 5,000 spins
-# bring two at once to 0.67x on a Xeon and 0.85-0.94x on an AMD Zen 5 (10,000: 0.74x there, but
-# 1.18-1.26x on the Zen 5, whose shorter steps leave shorter gaps), and to 1.06x beside three busy
-# processes on the Xeon; idle machines' benchmark rows stay within 0.98-1.05 of libgomp's default on
-# both (resnet8's batch-1 inference 1.036 on the Xeon; on the Zen 5 against 10,000 mnistcnn's 1.055,
-# lenet5's training 0.986), where 3,000 cost batch-1 inference 5-11 % (1,000: 18 %). Passive costs
-# lenet5's training 6-16 % and batch-1 inference 35-50 %, and is respected where the user sets it.
-SPIN_COUNT = "5000"
 
 
 def _start_threads() -> None:
-    """Start numba's thread pool now, with SPIN_COUNT as libgomp's spin unless the user chose a
+    """Start numba's thread pool now, with tuning.SPIN_COUNT as libgomp's spin unless the user chose a
     wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set); libgomp reads it once, when it loads.
     The environment is restored afterwards, so other OpenMP runtimes in the process (PyTorch's,
     scikit-learn's) and child processes keep their own defaults. Then the calling thread gets
     ``default_threads()``."""
     ours = not any(k in os.environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
     if ours:
-        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+        os.environ["GOMP_SPINCOUNT"] = str(tuning.SPIN_COUNT)
     try:
         numba.get_num_threads()  # loads the threading layer (and libgomp with it)
     finally:

@@ -9,17 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from . import tuning as T
 from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Layer, Shape, folds_inside, fuse_chain
 from .program import DeviceInference, InferenceProgram
 
 _FLOAT32 = np.dtype(np.float32)
-EVAL_BATCH = 256  # examples per slice when forward(training=False) is given a large array
-# activation bytes per CPU core that an inference slice's widest layer (its input and output) may
-# fill: slices of networks with large activations stay in the caches (modern, resnet8 at batch
-# 256: 1.2-1.3x the img/s of one slice of 256 on 2 cores; docs/performance.md)
-SLICE_BYTES_PER_CORE = 3 << 20
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)
 
 
@@ -192,7 +188,7 @@ class Sequential:
         self._can_backward = False
         cpu = self.device == "cpu"
         replay = not cpu or self._folds_inside(upto)
-        n, size = x.shape[0], self.eval_slice(x.shape[1:]) if cpu and replay else EVAL_BATCH
+        n, size = x.shape[0], self.eval_slice(x.shape[1:]) if cpu and replay else T.EVAL_BATCH
         out = None
         if cpu and replay and n <= size:  # one slice (a batch-1 prediction: every microsecond shows)
             program = self._inference(x.shape, upto)
@@ -215,8 +211,8 @@ class Sequential:
 
     def eval_slice(self, in_shape: Shape) -> int:
         """Examples per slice of an inference forward on the CPU for inputs of ``in_shape``: the
-        largest power of two (16 to EVAL_BATCH) whose widest layer (input and output activations)
-        fits SLICE_BYTES_PER_CORE per core of the machine (``os.cpu_count``: not the thread count,
+        largest power of two (16 to T.EVAL_BATCH) whose widest layer (input and output activations)
+        fits T.SLICE_BYTES_PER_CORE per core of the machine (``os.cpu_count``: not the thread count,
         so that the slices, and with them the results, are the same at any thread count)."""
         slices = self.__dict__.setdefault("_slices", {})
         size = slices.get(tuple(in_shape))
@@ -231,9 +227,9 @@ class Sequential:
                 widest, start = max(widest, math.prod(start) + math.prod(shape)), shape
             shape = layer.output_shape(shape)
         widest = 4 * max(widest, math.prod(start) + math.prod(shape))
-        fits = SLICE_BYTES_PER_CORE * (os.cpu_count() or 1) // widest
+        fits = T.SLICE_BYTES_PER_CORE * (os.cpu_count() or 1) // widest
         size = 16
-        while size * 2 <= min(fits, EVAL_BATCH):
+        while size * 2 <= min(fits, T.EVAL_BATCH):
             size *= 2
         return size
 

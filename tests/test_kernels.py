@@ -8,6 +8,7 @@ import reference as ref
 from conftest import f32
 
 import numbacnn as nc
+from numbacnn import tuning
 from numbacnn.kernels import cpu as K
 from numbacnn.layers.base import Fusion
 
@@ -199,8 +200,8 @@ def test_conv2d_forward_backward_match_oracle_in_gemm_pieces(rng, monkeypatch, N
     import numbacnn.backend.cpu_conv as cc
 
     monkeypatch.setattr(cc, "small_gemm_macs", lambda: 100_000)
-    monkeypatch.setattr(cc, "WINOGRAD_DW_TILES", 8)
-    monkeypatch.setattr(cc, "WINOGRAD_TILES", 2)  # blocks of one tile row (2 tiles) here
+    monkeypatch.setattr(tuning, "WINOGRAD_DW_TILES", 8)
+    monkeypatch.setattr(tuning, "WINOGRAD_TILES", 2)  # blocks of one tile row (2 tiles) here
     layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), "chosen")
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
@@ -1046,8 +1047,8 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
         g = nc.Conv2D(ci, co, 3, padding=1).plan.geometry
         kb, mb = cpu_conv.positions_gemm_rows(g, rows)
         per_row = g.ckk * co
-        if small and rows * per_row > limit and limit // per_row >= cpu_conv.MIN_GEMM_ROWS:
-            assert kb == mb and cpu_conv.MIN_GEMM_ROWS <= kb < rows and kb * per_row <= limit
+        if small and rows * per_row > limit and limit // per_row >= tuning.MIN_GEMM_ROWS:
+            assert kb == mb and tuning.MIN_GEMM_ROWS <= kb < rows and kb * per_row <= limit
         else:
             assert (kb, mb) == (rows, rows)
 
@@ -1055,7 +1056,7 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
 def test_winograd_from_24_channels_in_and_out():
     """3x3 stride-1 layers run Winograd from WINOGRAD_MIN_CHANNELS (24) channels in and out, narrower
     ones "positions"; wide layers of other shapes never Winograd."""
-    from numbacnn.backend.cpu import WINOGRAD_MIN_CHANNELS
+    from numbacnn.tuning import WINOGRAD_MIN_CHANNELS
 
     assert WINOGRAD_MIN_CHANNELS == 24
     for ci, co, k, stride, plan in [(24, 64, 3, 1, "winograd"), (64, 24, 3, 1, "winograd"),
@@ -1074,7 +1075,7 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
     from numbacnn import _config
 
     monkeypatch.setattr(cc, "small_gemm_macs", lambda: 900_000)  # as with OpenBLAS's small kernels
-    assert cc.WINOGRAD_DW_TILES == 256 and cc.WINOGRAD_DW_WIDE == 256 * 256
+    assert tuning.WINOGRAD_DW_TILES == 256 and tuning.WINOGRAD_DW_WIDE == 256 * 256
     assert cc.dw_tiles(256, 256) == cc.dw_tiles(512, 128) == 256
     assert cc.dw_tiles(64, 256) == 900_000 // (64 * 256) and cc.dw_tiles(24, 64) == 256
     monkeypatch.setattr(_config, "grad_parts", lambda n: 1)  # one part: its tiles in two GEMMs
@@ -1097,10 +1098,9 @@ def test_winograd4_runs_where_its_tiles_do_less_work(rng):
     (output channels a multiple of 16) whose 4x4 tiles do at most the multiply-adds of the 2x2
     tiles, in batches of at least WINOGRAD4_MIN_EXAMPLES examples and WINOGRAD4_MIN_TILES tiles;
     F(2x2, 3x3) (or its fallback) runs the rest, and the backward follows the forward that ran."""
-    import numbacnn.backend.cpu_conv as cc
 
-    assert (cc.WINOGRAD4_MIN_CHANNELS, cc.WINOGRAD4_MAX_WORK, cc.WINOGRAD4_MIN_EXAMPLES,
-            cc.WINOGRAD4_MIN_TILES) == (24, 1.0, 8, 16)
+    assert (tuning.WINOGRAD4_MIN_CHANNELS, tuning.WINOGRAD4_MAX_WORK, tuning.WINOGRAD4_MIN_EXAMPLES,
+            tuning.WINOGRAD4_MIN_TILES) == (24, 1.0, 8, 16)
     plan = nc.Conv2D(256, 256, 3, padding=1).plan
     assert plan.runs_f4((8, 256, 7, 7)) and not plan.runs_f4((7, 256, 7, 7))  # examples
     assert plan.runs_f4((8, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
@@ -1129,10 +1129,9 @@ def test_winograd4_wide_layer_matches_the_oracle(rng, monkeypatch, N, H, P, pool
     stated bound: errors at most 2e-5 of the largest value (F(4x4, 3x3)'s transforms reach 8: about
     5e-6 here, F(2x2, 3x3)'s about 1e-6). A frozen weight (no weight gradient) and the first layer
     (no input gradient) skip their halves."""
-    import numbacnn.backend.cpu_conv as cc
     from numbacnn import _config
 
-    monkeypatch.setattr(cc, "WINOGRAD4_DW_TILES", 32)
+    monkeypatch.setattr(tuning, "WINOGRAD4_DW_TILES", 32)
     monkeypatch.setattr(_config, "grad_parts", lambda n: min(n, 2))
     layers = [nc.Conv2D(256, 256, 3, padding=P)] + ([nc.MaxPool2D(pool)] if pool else [])
     net = nc.Sequential(layers, seed=1)
@@ -1168,7 +1167,7 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
     that ran; inference runs Winograd on odd sides too (half-empty last tiles), from
     WINOGRAD_INFER_MIN_TILES tiles on; all match the oracle. Layers narrower than
     WINOGRAD_WIDE_CHANNELS also run "positions" on outputs of fewer than WINOGRAD_MIN_AREA."""
-    from numbacnn.backend.cpu_conv import (
+    from numbacnn.tuning import (
         WINOGRAD_INFER_MIN_TILES,
         WINOGRAD_MIN_AREA,
         WINOGRAD_MIN_TILES,

@@ -153,3 +153,40 @@ def test_no_switch_over_layer_types_outside_the_layers():
                     if name in names:
                         found.append(f"{rel}:{node.lineno} {name}")
     assert found == []
+
+
+def test_tuning_is_one_table_each_entry_with_a_reason_and_a_measurement():
+    """Every constant of numbacnn/tuning.py has a one-line ``why:`` and a ``measure:`` line that
+    benchmarks/tune.py takes (its own name, two values or more, a network and an input that
+    build) or a command of its own; the plans hold no thresholds of their own."""
+    import shlex
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import tune
+    finally:
+        sys.path.pop(0)
+    import numbacnn as nc
+    from numbacnn import tuning
+
+    found = tune.entries()
+    names = [n for n in vars(tuning) if n.isupper()]
+    assert sorted(e[0] for e in found) == sorted(names) and len(names) >= 25
+    for name, _, why, measure in found:
+        assert why and measure, name
+        if measure.startswith("python "):
+            assert os.path.exists(os.path.join(ROOT, shlex.split(measure)[1])), (name, measure)
+            continue
+        argv = shlex.split(measure)
+        assert argv[0] == name and len([a for a in argv[1:] if not a.startswith("-")]) >= 2, (name, measure)
+        arch, shape = argv[argv.index("--arch") + 1], argv[argv.index("--input") + 1]
+        nc.build_network(arch, tuple(int(v) for v in shape.split(",")), 10, seed=0)
+    for rel in ("backend/cpu.py", "backend/cpu_conv.py", "network.py", "_config.py"):
+        tree = ast.parse(open(os.path.join(PKG, rel), encoding="utf-8").read())
+        thresholds = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                      if isinstance(t, ast.Name) and t.id.isupper() and isinstance(node.value, ast.Constant)
+                      and type(node.value.value) in (int, float)]
+        # not tuning: GRAD_PARTS fixes the gradients' summation order (the bits), INFERENCE_PROGRAMS
+        # bounds the memory of recorded predictions
+        allowed = {"_config.py": ["GRAD_PARTS"], "network.py": ["INFERENCE_PROGRAMS"]}
+        assert thresholds == allowed.get(rel, []), (rel, thresholds)

@@ -5,6 +5,7 @@ import reference as ref
 from conftest import f32
 
 import numbacnn as nc
+from numbacnn import tuning
 
 
 def lenet(seed=0):
@@ -297,11 +298,11 @@ def test_inference_slices_follow_the_widest_written_activation(rng, monkeypatch)
     widest = 4 * (8 * 8 + 4 * 4 * 4)  # bytes: the convolution's input and its pooled output
     monkeypatch.setattr(nw.os, "cpu_count", lambda: 2)
     for budget, size in ((widest * 16, 32), (widest * 16 - 1, 16), (widest * 9, 16),
-                         (widest * 64, 128), (widest * 10_000, nw.EVAL_BATCH)):
-        monkeypatch.setattr(nw, "SLICE_BYTES_PER_CORE", budget)
+                         (widest * 64, 128), (widest * 10_000, tuning.EVAL_BATCH)):
+        monkeypatch.setattr(tuning, "SLICE_BYTES_PER_CORE", budget)
         net._slices.clear()  # eval_slice keeps its answers
         assert net.eval_slice((1, 8, 8)) == size, budget
-    monkeypatch.setattr(nw, "SLICE_BYTES_PER_CORE", widest * 20 // 2)  # 20 examples fit: 16
+    monkeypatch.setattr(tuning, "SLICE_BYTES_PER_CORE", widest * 20 // 2)  # 20 examples fit: 16
     net._slices.clear()
     x = f32(rng.random((2 * 16 + 5, 1, 8, 8)))
     whole = net.forward(x)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import _config
+from .. import tuning as T
 from .._config import small_gemm_macs
 from ..kernels import cpu as K
 from .base import ConvGeometry, ConvPlan, Pair, Workspace
@@ -414,16 +415,6 @@ class PositionsPlan(CpuConvPlan):
         return _offsets(ws, h, w, w + g.kernel[1] - 1, 1, g.out_channels)
 
 
-# The "positions" forward splits an example's output rows into blocks whose GEMM has at most
-# _config.small_gemm_macs() multiply-adds: OpenBLAS (on its AVX-512 cores) multiplies such small
-# matrices without packing them, 10-25 % faster per flop on mnistcnn's, modern's and resnet8's 3x3
-# layers (docs/performance.md); just above 1e6 it packs, and splitting there was slower than not
-# splitting. A batch holds at least MIN_BLOCKS blocks where the rows allow, so that one example
-# keeps several cores busy. The backward cuts its GEMMs the same way (positions_gemm_rows).
-MIN_BLOCKS = 4
-# The fewest rows (positions) a backward GEMM piece may have: thinner pieces lose more to the calls
-# than the small-matrix kernels win.
-MIN_GEMM_ROWS = 8
 
 
 def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
@@ -433,7 +424,7 @@ def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
     kernels. From the shapes (and the BLAS) only, never the thread count."""
     per_row = g.ckk * g.out_channels
     rows_fit = small_gemm_macs() // per_row
-    if rows_fit < MIN_GEMM_ROWS or rows * per_row <= small_gemm_macs():
+    if rows_fit < T.MIN_GEMM_ROWS or rows * per_row <= small_gemm_macs():
         return rows, rows
     return rows_fit, rows_fit
 
@@ -454,7 +445,7 @@ def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None,
                      ) -> int:
     """Blocks of whole output rows (pooled rows with a fused pool) per example in the "positions"
     forward. From the layer's and the batch's shapes only, never the thread count, so that the
-    bits do not depend on it. ``direct`` (FMA blocks, no GEMM): only as many as MIN_BLOCKS asks."""
+    bits do not depend on it. ``direct`` (FMA blocks, no GEMM): only as many as tuning.MIN_BLOCKS asks."""
     n, _, h, w = shape
     oh, ow = g.out_hw(h, w)
     unit = pool[0] if pool else 1
@@ -462,34 +453,28 @@ def positions_blocks(g: ConvGeometry, shape: tuple[int, ...], pool: Pair | None,
     if rows <= 1:
         return 1
     if direct:
-        return min(rows, -(-MIN_BLOCKS // n))
+        return min(rows, -(-T.MIN_BLOCKS // n))
     per_row = unit * ow * g.ckk * g.out_channels
     blocks = 1
     small = small_gemm_macs()
     if rows * per_row > small >= per_row:
         blocks = -(-rows // (small // per_row))
-    return min(rows, max(blocks, -(-MIN_BLOCKS // n)))
+    return min(rows, max(blocks, -(-T.MIN_BLOCKS // n)))
 
 
 def wide_blocks(g: ConvGeometry, shape: tuple[int, ...]) -> int:
     """Blocks of output channels per example in the "wide" and "direct" forwards: enough for a
-    batch to hold MIN_BLOCKS blocks (the batch size, never the thread count, decides)."""
-    return min(g.out_channels, -(-MIN_BLOCKS // shape[0]))
+    batch to hold tuning.MIN_BLOCKS blocks (the batch size, never the thread count, decides)."""
+    return min(g.out_channels, -(-T.MIN_BLOCKS // shape[0]))
 
 
-# The "gemm" plan splits a batch into parts of whole examples (part_bounds) whose im2col columns
-# make one GEMM: about GEMM_PART_COLUMNS output positions a part at least (a 1-D layer's 10 or 20
-# positions an example: one GEMM of several examples, not one tiny GEMM each; 1.7x faster steps of
-# MNIST-1D's CNN on the Zen 5, docs/performance.md), at most _config.grad_parts of them (images of
-# 64 positions and more: one example a part, as before).
-GEMM_PART_COLUMNS = 64
 
 
 def gemm_parts(g: ConvGeometry, shape: tuple[int, ...]) -> int:
     """Parts of the batch in the "gemm" plan, from the shapes only (never the thread count)."""
     n, _, h, w = shape
     oh, ow = g.out_hw(h, w)
-    return max(1, min(_config.grad_parts(n), n * oh * ow // GEMM_PART_COLUMNS))
+    return max(1, min(_config.grad_parts(n), n * oh * ow // T.GEMM_PART_COLUMNS))
 
 
 class GemmPlan(CpuConvPlan):
@@ -523,89 +508,27 @@ class GemmPlan(CpuConvPlan):
                *g.stride, *g.padding, need_dx, need_dw, relu)
 
 
-# Winograd blocks hold about WINOGRAD_TILES 2x2 output tiles (whole tile rows): their 16 GEMMs
-# (tiles x C x Co) stay small enough for the BLAS's small-matrix kernels and their transforms in L2.
-WINOGRAD_TILES = 64
-# The weight gradient's 16 GEMMs sum over up to WINOGRAD_DW_TILES tiles (fewer where Ci * Co * tiles
-# would pass the small-matrix limit), collected across a gradient part's examples; 512 ran no faster
-# (batch 128: 16.1 / 16.0 ms for 32 -> 32 at 28 x 28) with twice the workspaces per thread.
-WINOGRAD_DW_TILES = 256
-# Layers of at least WINOGRAD_DW_WIDE = C_in * C_out on the FMA blocks (C_in a multiple of 16) sum
-# over WINOGRAD_DW_TILES whatever the BLAS: each flush reads and writes all 16 transforms (4 MB at
-# 256 -> 256), so the 64 tiles of a block were too few. airbench94's 256 -> 256 layers on 7 x 7,
-# backward at batch 1024 on 2 threads (AMD Zen 4, interleaved): 537 -> 477 and 447 -> 360 ms with 256
-# tiles, 128 tiles in between; 64 -> 256 on 15 x 15 became slower (433 -> 486 ms, its transforms
-# then leave L2), so it keeps its 63.
-WINOGRAD_DW_WIDE = 256 * 256
 
 
 def dw_tiles(ci: int, co: int) -> int:
-    """Tiles per weight-gradient GEMM (at least a block's): WINOGRAD_DW_TILES, fewer where the BLAS's
-    small-matrix limit would be passed, unless the layer is as wide as WINOGRAD_DW_WIDE."""
-    if ci % 16 == 0 and ci * co >= WINOGRAD_DW_WIDE:
-        return WINOGRAD_DW_TILES
-    return min(WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or WINOGRAD_DW_TILES)
-# Calls with fewer tiles run "positions": the per-block overheads then outweigh the saved
-# multiply-adds. Once the filters' transforms were packed once for inference (packed_from), 25 tiles
-# paid (mnistcnn at batch 1, 2 threads: inference 1.18x, training 1.04x) and 16 broke even (resnet8's
-# 64 -> 64 layer at batch 1: 0.99x); before, with a transform every call, 48 was the best threshold
-# (docs/performance.md).
-WINOGRAD_MIN_TILES = 24
-# Inference (no backward) from WINOGRAD_INFER_MIN_TILES on, now that Winograd's GEMMs run on the FMA
-# blocks: resnet8's 64 -> 64 layer at 7 x 7 (16 tiles) at batch 1 made the whole prediction 0.96x the
-# time on 2 threads (91.7 -> 88.1 us), 0.95x on one.
-WINOGRAD_INFER_MIN_TILES = 16
-# Outputs of fewer than WINOGRAD_MIN_AREA computed positions per image run "positions" unless the
-# layer has WINOGRAD_WIDE_CHANNELS channels in and out: the default digits network's 32 -> 64 layer
-# on 8 x 8 trained at 0.98-0.99x Winograd's time there and predicted its 360 test images at
-# 1.04-1.16x (2-core Xeon, interleaved in one process), while Winograd's kernels were about 60 s of
-# the 194 s of a first digits run compiling everything (132 s without them); resnet8's 64 -> 64
-# layer on 7 x 7 keeps it (0.96x the prediction's time), as does mnistcnn's 10 x 10 output under
-# its pool.
-WINOGRAD_MIN_AREA = 100
-WINOGRAD_WIDE_CHANNELS = 64
-# Training on an odd output side (its last tiles half empty) runs Winograd where the tiles' outputs
-# are at least 3/4 used (7 x 7: 49 of 64; 15 x 15: 225 of 256; not 5 x 5 or 3 x 3) and the batch
-# has WINOGRAD_ODD_MIN_TILES tiles. A layer's forward and backward against "positions" (AMD Zen 4,
-# 2 threads): 64 -> 64 on 7 x 7 0.83x at batch 32, 0.75x at 512, 1.02x at 8; 256 -> 256 on 7 x 7
-# 0.96x / 0.69x at 32 / 128; 64 -> 64 on 15 x 15 0.95x / 0.75x at 8 / 32 (32 -> 64 1.06x at 8);
-# 256 -> 256 on 3 x 3 1.24x at 128, 0.96x at 512; airbench94's whole step 1.35x faster.
-WINOGRAD_ODD_MIN_TILES = 512
-# F(4x4, 3x3) (conv2d_winograd4.py) runs layers of at least WINOGRAD4_MIN_CHANNELS channels in and
-# out (the output channels a multiple of 16) whose 4x4 tiles take at most WINOGRAD4_MAX_WORK of the
-# multiply-adds of the 2x2 tiles (7 x 7 outputs: 144 / 256; 15 x 15 under a 2 x 2 pool: 576 / 784;
-# 7 x 7 under one: 144 / 144), in batches of at least WINOGRAD4_MIN_EXAMPLES examples and
-# WINOGRAD4_MIN_TILES tiles. Forward + backward against F(2x2, 3x3), interleaved (AMD Zen 4, 2
-# threads): airbench94's 256 -> 256 on 7 x 7 0.68x the time at batch 1024, 0.68x under its pool, on
-# 3 x 3 0.48x; 64 -> 256 on 15 x 15 under a pool 0.93x, 64 -> 64 0.76x, 24 -> 64 on 31 x 31 under a
-# pool 0.88x; at batch 32-128 0.82-0.91x for 24-64 channels (mnistcnn's 32 -> 64 on 26 x 26, 32 -> 32
-# on 28 x 28 and 16 x 16, 64 -> 64 on 14 x 14 and 8 x 8). Its blocks take whole examples, so one
-# example runs on one thread: inference at batch 1 took 1.1-1.4x the time (2 threads), at batch 8
-# 0.79x; mnistcnn's and modern's predictions at batch 64-256 0.94-1.05x (within this machine's
-# noise: mnistcnn at batch 128 read 32-47 thousand img/s either way). Its forward blocks take about
-# WINOGRAD4_TILES tiles; its weight gradient sums over up to WINOGRAD4_DW_TILES tiles per GEMM, in at
-# least WINOGRAD4_MIN_PARTS parts of the batch (fewer, larger parts than GRAD_PARTS: each part's
-# transformed gradient is 36 Ci Co floats).
-WINOGRAD4_MIN_CHANNELS = 24
-WINOGRAD4_MAX_WORK = 1.0
-WINOGRAD4_MIN_EXAMPLES = 8
-WINOGRAD4_MIN_TILES = 16
-WINOGRAD4_TILES = 64
-WINOGRAD4_DW_TILES = 256
-WINOGRAD4_MIN_PARTS = 16
+    """Tiles per weight-gradient GEMM (at least a block's): tuning.WINOGRAD_DW_TILES, fewer where the BLAS's
+    small-matrix limit would be passed, unless the layer is as wide as tuning.WINOGRAD_DW_WIDE."""
+    if ci % 16 == 0 and ci * co >= T.WINOGRAD_DW_WIDE:
+        return T.WINOGRAD_DW_TILES
+    return min(T.WINOGRAD_DW_TILES, small_gemm_macs() // (ci * co) or T.WINOGRAD_DW_TILES)
 
 
 class WinogradPlan(CpuConvPlan):
     """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py).
 
     With a fused pool only the outputs that the pool reads are computed (mnistcnn's 11 x 11 output
-    under a 2 x 2 pool: 5 x 5 tiles). A call whose batch has fewer than WINOGRAD_MIN_TILES tiles
-    (WINOGRAD_INFER_MIN_TILES for inference), or whose images have fewer than WINOGRAD_MIN_AREA
-    computed outputs on a layer narrower than WINOGRAD_WIDE_CHANNELS, runs the "positions" plan
+    under a 2 x 2 pool: 5 x 5 tiles). A call whose batch has fewer than tuning.WINOGRAD_MIN_TILES tiles
+    (tuning.WINOGRAD_INFER_MIN_TILES for inference), or whose images have fewer than tuning.WINOGRAD_MIN_AREA
+    computed outputs on a layer narrower than tuning.WINOGRAD_WIDE_CHANNELS, runs the "positions" plan
     instead (``runs_winograd``;
     the backward follows its forward), and so does a training forward whose computed output has an
     odd side (half-empty last tiles) unless its tiles' outputs are 3/4 used and the batch has
-    WINOGRAD_ODD_MIN_TILES tiles, while inference runs Winograd on every odd side (resnet8's
+    tuning.WINOGRAD_ODD_MIN_TILES tiles, while inference runs Winograd on every odd side (resnet8's
     64 -> 64 7 x 7 layer at batch 64: 0.72x the time of "positions"); ``always = True`` (tests)
     runs Winograd on every shape."""
 
@@ -626,8 +549,9 @@ class WinogradPlan(CpuConvPlan):
         """Whether a forward of this input shape (with this fused pool) runs F(4x4, 3x3): output
         channels divisible by 16, at least WINOGRAD4_MIN_CHANNELS channels in and out, the 4x4
         tiles' work at most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_EXAMPLES examples
-        and WINOGRAD4_MIN_TILES tiles in the batch (the shapes only, never the thread count: the two
-        round differently; ``f4`` True: wherever the output channels allow, False: never)."""
+        and WINOGRAD4_MIN_TILES tiles in the batch (numbacnn/tuning.py; the shapes only, never the
+        thread count: the two round differently; ``f4`` True: wherever the output channels allow,
+        False: never)."""
         g = self.geometry
         if self.f4 is False or g.out_channels % 16:
             return False
@@ -637,26 +561,26 @@ class WinogradPlan(CpuConvPlan):
         oh, ow = g.out_hw(h, w)
         th4, tw4 = tiles4(oh, ow, pool)
         th2, tw2 = self.tiles(oh, ow, pool)
-        return (min(g.in_channels, g.out_channels) >= WINOGRAD4_MIN_CHANNELS
-                and 36 * th4 * tw4 <= WINOGRAD4_MAX_WORK * 16 * th2 * tw2
-                and n >= WINOGRAD4_MIN_EXAMPLES and n * th4 * tw4 >= WINOGRAD4_MIN_TILES)
+        return (min(g.in_channels, g.out_channels) >= T.WINOGRAD4_MIN_CHANNELS
+                and 36 * th4 * tw4 <= T.WINOGRAD4_MAX_WORK * 16 * th2 * tw2
+                and n >= T.WINOGRAD4_MIN_EXAMPLES and n * th4 * tw4 >= T.WINOGRAD4_MIN_TILES)
 
     def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> bool:
         """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
         only, and whether a backward follows: training on an odd output side needs its tiles 3/4
-        used and WINOGRAD_ODD_MIN_TILES of them)."""
+        used and tuning.WINOGRAD_ODD_MIN_TILES of them)."""
         n, _, h, w = shape
         oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
         g = self.geometry
-        if (not self.always and oh * ow < WINOGRAD_MIN_AREA
-                and min(g.in_channels, g.out_channels) < WINOGRAD_WIDE_CHANNELS):
+        if (not self.always and oh * ow < T.WINOGRAD_MIN_AREA
+                and min(g.in_channels, g.out_channels) < T.WINOGRAD_WIDE_CHANNELS):
             return False
         if not backward:
-            return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= WINOGRAD_INFER_MIN_TILES
+            return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= T.WINOGRAD_INFER_MIN_TILES
         th, tw = (oh + 1) // 2, (ow + 1) // 2
         if oh % 2 == 0 and ow % 2 == 0:
-            return self.always or n * th * tw >= WINOGRAD_MIN_TILES
-        return self.always or (oh * ow >= 3 * th * tw and n * th * tw >= WINOGRAD_ODD_MIN_TILES)
+            return self.always or n * th * tw >= T.WINOGRAD_MIN_TILES
+        return self.always or (oh * ow >= 3 * th * tw and n * th * tw >= T.WINOGRAD_ODD_MIN_TILES)
 
     @staticmethod
     def fits(g: ConvGeometry) -> bool:
@@ -678,7 +602,7 @@ class WinogradPlan(CpuConvPlan):
 
     def block_rows(self, tw: int) -> int:
         """Tile rows per block for rows of tw tiles (the shapes only, never the thread count)."""
-        return max(1, WINOGRAD_TILES // tw)
+        return max(1, T.WINOGRAD_TILES // tw)
 
     def forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                 backward: bool = True, version: Any = None) -> Any:
@@ -717,7 +641,7 @@ class WinogradPlan(CpuConvPlan):
         ci, co = g.in_channels, g.out_channels
         n, _, h, w = shape
         th, tw = self.tiles(*g.out_hw(h, w), pool)
-        blocks = max(-(-th // self.block_rows(tw)), -(-MIN_BLOCKS // n))
+        blocks = max(-(-th // self.block_rows(tw)), -(-T.MIN_BLOCKS // n))
         blocks = 1 if pool and pool[0] != 2 else min(th, blocks)
         tiles = -(-th // blocks) * tw  # the largest block's
         u = ws.buf(_packing("wino_u", version), (16, ci, co))
@@ -789,7 +713,7 @@ class WinogradPlan(CpuConvPlan):
         n, _, h, w = shape
         oh, ow = g.out_hw(h, w)
         th, tw = tiles4(oh, ow, pool)
-        group = max(1, min(WINOGRAD4_TILES // (th * tw), n // MIN_BLOCKS))  # examples a block
+        group = max(1, min(T.WINOGRAD4_TILES // (th * tw), n // T.MIN_BLOCKS))  # examples a block
         tiles = group * th * tw
         u = ws.buf(_packing("wino4_u", version), (36, ci, co))
         launch(K.winograd4_filters, u, weight, False, ws.buf("wino4_work", (63 * max(ci, co),)),
@@ -818,9 +742,9 @@ class WinogradPlan(CpuConvPlan):
         hx, wx = min(h, ohc + 2 - ph), min(w, owc + 2 - pw)  # as the kernel's winograd4_input_rows
         thx, twx = (hx + 3) // 4, (wx + 3) // 4
         hg, wg = max(4 * thx + 2, 4 * th + 2 - ph), max(4 * twx + 2, 4 * tw + 2 - pw)
-        cap = max(th * tw, WINOGRAD4_DW_TILES)
-        parts = min(_config.grad_parts(n), max(WINOGRAD4_MIN_PARTS, -(-n * th * tw // cap)))
-        group = max(1, min(WINOGRAD4_TILES // (thx * twx), -(-n // parts)))  # examples an input-gradient GEMM
+        cap = max(th * tw, T.WINOGRAD4_DW_TILES)
+        parts = min(_config.grad_parts(n), max(T.WINOGRAD4_MIN_PARTS, -(-n * th * tw // cap)))
+        group = max(1, min(T.WINOGRAD4_TILES // (thx * twx), -(-n // parts)))  # examples an input-grad GEMM
         dx = ws.buf("dx", x.shape) if need_dx else ws.buf("dx0", (n, 1, 1, 1))
         du_parts = ws.buf("du4_parts", (parts, 36 * ci * co))
         db_parts = ws.buf("db_parts", (parts, co))
