@@ -25,8 +25,9 @@ def main() -> None:
     fwd = np.zeros((reps, len(net.layers)))
     bwd = np.zeros((reps, len(net.layers)))
     for r in range(reps + 3):
-        h = x
+        h, inputs = x, []
         for i, layer in enumerate(net.layers):
+            inputs.append(h)
             t0 = time.perf_counter()
             h = layer.forward(h, training=True)
             if r >= 3:
@@ -42,10 +43,8 @@ def main() -> None:
     print(f"{net_name} batch {batch} threads {threads}: ms per layer (median of {reps})")
     for i, layer in enumerate(net.layers):
         strat = getattr(layer, "strategy", "")
-        if not getattr(getattr(layer, "plan", None), "ran_winograd", True):
-            strat += "(positions)"  # the plan's fallback ran (small batches, odd sides)
-        elif getattr(getattr(layer, "plan", None), "ran_f4", False):
-            strat += "(4x4)"  # F(4x4, 3x3)
+        if strat == "winograd":  # what its chooser ran for this input: F(4x4), F(2x2) or "positions"
+            strat = layer.plan.variant(inputs[i].shape, layer.fusion.pool)
         print(f"  {i:2d} {layer!r:28s} {strat:7s} fwd {f[i]:7.3f}  bwd {b[i]:7.3f}")
     total = f.sum() + b.sum()
     print(f"  total fwd {f.sum():.3f} bwd {b.sum():.3f} = {total:.3f} ms -> {batch / total * 1e3:.0f} img/s")

@@ -78,8 +78,13 @@ WINOGRAD_MIN_AREA = 100
 # why: layers this wide gain on small outputs too (resnet8's 64 -> 64 on 7 x 7).
 # measure: WINOGRAD_WIDE_CHANNELS 64 1000 --arch resnet8 --input 3,32,32 --batch 1 --inference
 WINOGRAD_WIDE_CHANNELS = 64
-# Training on an odd output side (its last tiles partly empty) runs Winograd where 3/4 of the tiles'
-# outputs are used and the batch has WINOGRAD_ODD_MIN_TILES tiles.
+# Training on an odd output side (its last tiles partly empty) runs Winograd where at least
+# WINOGRAD_ODD_MIN_USED of the tiles' outputs are used (7 x 7: 49 of 64; 15 x 15: 225 of 256; not
+# 5 x 5 or 3 x 3) ...
+# why: below it the empty outputs' work outweighs what the tiles save.
+# measure: WINOGRAD_ODD_MIN_USED 0.75 0.5 --arch "conv(64,3,padding=1),relu" --input 64,5,5 --batch 128
+WINOGRAD_ODD_MIN_USED = 0.75
+# ... and the batch has WINOGRAD_ODD_MIN_TILES tiles.
 # why: the half-empty tiles' work pays back only in large batches.
 # measure: WINOGRAD_ODD_MIN_TILES 512 100000000 --arch "conv(64,3,padding=1),relu" --input 64,7,7 --batch 32
 WINOGRAD_ODD_MIN_TILES = 512

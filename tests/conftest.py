@@ -75,3 +75,27 @@ def pytest_collection_modifyitems(config, items):
         if params.get("N", 0) >= 100 or any(c in item.nodeid for c in SLOW_CASES):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_rank)  # stable: the rest keep their order
+
+
+def winograd_choices(always=False, f4=None):
+    """Entries of numbacnn/tuning.py that make the Winograd chooser (WinogradPlan.variant) run
+    Winograd on every shape (``always``) and F(4x4, 3x3) wherever the output channels allow
+    (``f4=True``) or never (``False``); ``None`` keeps the table's own."""
+    out = {}
+    if always:
+        out.update(WINOGRAD_MIN_AREA=0, WINOGRAD_INFER_MIN_TILES=0, WINOGRAD_MIN_TILES=0,
+                   WINOGRAD_ODD_MIN_USED=0, WINOGRAD_ODD_MIN_TILES=0)
+    if f4 is True:
+        out.update(WINOGRAD4_MIN_CHANNELS=0, WINOGRAD4_MAX_WORK=float("inf"), WINOGRAD4_MIN_EXAMPLES=0,
+                   WINOGRAD4_MIN_TILES=0)
+    elif f4 is False:
+        out.update(WINOGRAD4_MIN_CHANNELS=2**62)
+    return out
+
+
+def choose_winograd(monkeypatch, always=False, f4=None):
+    """Set winograd_choices(always, f4) for the test."""
+    from numbacnn import tuning
+
+    for name, value in winograd_choices(always, f4).items():
+        monkeypatch.setattr(tuning, name, value)

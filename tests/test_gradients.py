@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import reference as ref
-from conftest import f32
+from conftest import choose_winograd, f32
 
 import numbacnn as nc
 
@@ -195,19 +195,18 @@ STRATEGY_NETS = {
 }
 
 
-def _strategy_net(name, seed=0):
+def _strategy_net(name, monkeypatch, seed=0, f4=None):
+    """A net of STRATEGY_NETS, its Winograd layers' chooser asked for Winograd on every shape
+    (small batches would run "positions"), F(4x4, 3x3) where the table takes it (``f4``: or never)."""
     make, spec, shape = STRATEGY_NETS[name]
-    net = nc.Sequential(make(), seed=seed)
-    for layer in net.layers:
-        if getattr(layer, "strategy", "") == "winograd":
-            layer.plan.always = True  # small batches would run "positions"
-    return net, spec, shape
+    choose_winograd(monkeypatch, always=True, f4=f4)
+    return nc.Sequential(make(), seed=seed), spec, shape
 
 
-def test_strategy_nets_cover_every_path():
+def test_strategy_nets_cover_every_path(monkeypatch):
     strategies, fused, blocks = set(), False, False
     for name in STRATEGY_NETS:
-        net, _, _ = _strategy_net(name)
+        net, _, _ = _strategy_net(name, monkeypatch)
         for layer in net.layers:
             if isinstance(layer, nc.Conv2D):
                 strategies.add(layer.strategy)
@@ -220,16 +219,14 @@ def test_strategy_nets_cover_every_path():
 
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
-def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
+def test_network_gradients_match_float64_oracle_on_every_path(rng, monkeypatch, name, ties):
     """Every parameter gradient and dL/dx against the oracle's backward; with integer data and
     weights (ties) pooling windows hold equal maxima, which must go to the first one (there the
     Winograd layers run F(2x2, 3x3), exact on integers: F(4x4, 3x3)'s 1/6 and 1/24 round the sums,
     which it takes otherwise for the 32 -> 32 layer of these 11 examples)."""
-    net, spec, shape = _strategy_net(name)
+    net, spec, shape = _strategy_net(name, monkeypatch, f4=False if ties else None)
     n = 11
     winograd = [la for la in net.layers if getattr(la, "strategy", "") == "winograd"]
-    for layer in winograd:
-        layer.plan.f4 = False if ties else None
     if ties:
         x = f32(rng.integers(-1, 3, (n,) + shape))
         net.load_state_dict({k: f32(rng.integers(-1, 2, v.shape) * 0.25)
@@ -238,7 +235,7 @@ def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
         x = f32(rng.standard_normal((n,) + shape))
     y = rng.integers(0, 3, n)
     loss, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
-    assert any(la.plan.ran_f4 for la in winograd) == (bool(winograd) and not ties)
+    assert any("wino4_u" in la._buffers for la in winograd) == (bool(winograd) and not ties)  # F(4x4) ran
     dx = net.backward(d)
     params = [v.astype(np.float64) for v in net.state_dict().values()]
     rloss, rgrads, rdx = ref.network_gradients(spec, params, x, y)
@@ -249,11 +246,11 @@ def test_network_gradients_match_float64_oracle_on_every_path(rng, name, ties):
 
 
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
-def test_a_frozen_weight_gets_no_gradient_and_the_rest_are_unchanged_on_every_path(rng, name):
+def test_a_frozen_weight_gets_no_gradient_and_the_rest_are_unchanged_on_every_path(rng, monkeypatch, name):
     """Every convolution's and Dense layer's weight frozen, their biases training: the plans skip
     the weight gradients (zeros, not computed), and the biases' gradients and dL/dx are the full
     backward's bit for bit."""
-    net, _, shape = _strategy_net(name)
+    net, _, shape = _strategy_net(name, monkeypatch)
     x = f32(rng.standard_normal((11,) + shape))
     y = rng.integers(0, 3, 11)
     d = nc.softmax_cross_entropy(net.forward(x, training=True), y)[1]
@@ -273,9 +270,9 @@ def test_a_frozen_weight_gets_no_gradient_and_the_rest_are_unchanged_on_every_pa
 
 
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
-def test_oracle_network_gradients_match_finite_differences(rng, name):
+def test_oracle_network_gradients_match_finite_differences(rng, monkeypatch, name):
     """The oracle's backward itself, against central differences on a sample of entries."""
-    net, spec, shape = _strategy_net(name)
+    net, spec, shape = _strategy_net(name, monkeypatch)
     x = rng.permutation(3 * math.prod(shape)).reshape((3,) + shape) / 7.0  # distinct: no ties
     y = np.array([0, 1, 2])
     params = [v.astype(np.float64) for v in net.state_dict().values()]
@@ -292,11 +289,11 @@ def test_oracle_network_gradients_match_finite_differences(rng, name):
 
 
 @pytest.mark.parametrize("name", list(STRATEGY_NETS))
-def test_batch_gradient_is_mean_of_per_example_gradients_on_every_path(rng, name):
+def test_batch_gradient_is_mean_of_per_example_gradients_on_every_path(rng, monkeypatch, name):
     """70 examples (64 gradient parts of 1 or 2): any mix-up between examples (a wrong argmax
     plane, a part read twice) makes the batch gradient differ from the mean of the 70
     single-example gradients."""
-    net, _, shape = _strategy_net(name, seed=3)
+    net, _, shape = _strategy_net(name, monkeypatch, seed=3)
     x = f32(rng.standard_normal((70,) + shape))
     y = rng.integers(0, 3, 70)
     net.backward(nc.softmax_cross_entropy(net.forward(x, training=True), y)[1])

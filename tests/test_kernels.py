@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import reference as ref
-from conftest import f32
+from conftest import choose_winograd, f32
 
 import numbacnn as nc
 from numbacnn import tuning
@@ -103,13 +103,14 @@ def _ran_as_chosen(layer):
     bufs = layer._buffers
     assert ("xt" in bufs) == (layer.strategy == "positions")
     assert ("wino_u" in bufs or "wino4_u" in bufs) == (layer.strategy == "winograd")
-    if layer.strategy == "winograd":  # F(4x4, 3x3) where it ran, and wherever the test asked for it
-        assert ("wino4_u" in bufs) == layer.plan.ran_f4 and (layer.plan.f4 is not True or layer.plan.ran_f4)
+    if layer.strategy == "winograd":  # F(4x4, 3x3) where the chooser takes it for the input kept
+        f4 = layer.plan.variant(bufs["x"].shape, layer.fusion.pool) == "winograd4"
+        assert ("wino4_u" in bufs) == f4
     if layer.strategy in ("wide", "direct"):
         assert (bufs["cols"].shape[1] == 1) == (layer.strategy == "direct")
 
 
-def _other_row_plan(layer, plan):
+def _other_row_plan(layer, plan, monkeypatch):
     """plan "chosen": as the backend chose; "swapped": a stride-1 layer's other row plan ("wide"
     for a "direct" layer and the reverse), so that both stay checked on every shape; "winograd":
     the Winograd plan, for every 3x3 stride-1 shape whatever its channels; "winograd4": its
@@ -119,9 +120,8 @@ def _other_row_plan(layer, plan):
 
         assert WinogradPlan.fits(layer.geometry)
         layer._plan = WinogradPlan(layer.geometry)
-        layer.plan.f4 = plan == "winograd4"
-    if layer.strategy == "winograd":
-        layer.plan.always = True  # the Winograd kernels on every shape (small batches fall back)
+    if layer.strategy == "winograd":  # the Winograd kernels on every shape (small batches fall back)
+        choose_winograd(monkeypatch, always=True, f4={"winograd4": True, "winograd": False}.get(plan))
     if plan == "swapped":
         from numbacnn.backend.cpu_conv import DirectPlan, WidePlan
 
@@ -165,8 +165,8 @@ DIRECT_CASES = [  # the direct kernels' taps (5, 3, 1 per pass) and channel pair
 
 
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,plan", _row_cases(CONV_CASES + DIRECT_CASES))
-def test_conv2d_forward_backward_match_oracle(rng, N, Ci, H, W, Co, K, S, P, plan):
-    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), plan)
+def test_conv2d_forward_backward_match_oracle(rng, monkeypatch, N, Ci, H, W, Co, K, S, P, plan):
+    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), plan, monkeypatch)
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
     _ran_as_chosen(layer)
@@ -202,7 +202,7 @@ def test_conv2d_forward_backward_match_oracle_in_gemm_pieces(rng, monkeypatch, N
     monkeypatch.setattr(cc, "small_gemm_macs", lambda: 100_000)
     monkeypatch.setattr(tuning, "WINOGRAD_DW_TILES", 8)
     monkeypatch.setattr(tuning, "WINOGRAD_TILES", 2)  # blocks of one tile row (2 tiles) here
-    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), "chosen")
+    layer = _other_row_plan(nc.Conv2D(Ci, Co, K, stride=S, padding=P).initialize(rng), "chosen", monkeypatch)
     x = f32(rng.standard_normal((N, Ci, H, W)))
     y = layer.forward(x, training=True)
     _ran_as_chosen(layer)
@@ -492,7 +492,7 @@ FUSED_CASES = [  # (N, Ci, H, W, Co, K, stride, padding, pool)
     (4, 32, 10, 10, 64, 1),  # 25 pooled positions: the last 16 overlap the first 16
     (1, 32, 10, 10, 64, 1),  # blocks of fewer than 16 pooled positions: the epilogue's own path
 ])
-def test_winograd_inference_pool_by_transposes_matches_training(rng, N, Ci, H, W, Co, P):
+def test_winograd_inference_pool_by_transposes_matches_training(rng, monkeypatch, N, Ci, H, W, Co, P):
     """Inference's fused 2x2 pool on Winograd layers with 16k channels pools along the channels and
     transposes (pool2x2_transposed): the training forward's bits (max then bias and ReLU equals
     ReLU then max), the oracle's values, and an example holding a NaN takes the exact path."""
@@ -501,7 +501,7 @@ def test_winograd_inference_pool_by_transposes_matches_training(rng, N, Ci, H, W
     net = nc.Sequential([nc.Conv2D(Ci, Co, 3, padding=P), nc.ReLU(), nc.MaxPool2D(2)], seed=0)
     conv = net.layers[0]
     conv._plan = WinogradPlan(conv.geometry)
-    conv.plan.always = True
+    choose_winograd(monkeypatch, always=True)
     net._fuse()
     x = f32(rng.standard_normal((N, Ci, H, W)))
     expect = ref.maxpool2d_forward(
@@ -521,7 +521,7 @@ def test_winograd_inference_pool_by_transposes_matches_training(rng, N, Ci, H, W
     (3, 32, 9, 7, 32, 0, True),  # 7 x 5 outputs: the last 16 positions overlap the ones before
     (1, 32, 5, 6, 32, 0, True),  # 3 x 4 outputs (< 16 positions): the exact per-value path
 ])
-def test_winograd_unpooled_rows_by_transposes_match_the_oracle(rng, N, Ci, H, W, Co, P, relu):
+def test_winograd_unpooled_rows_by_transposes_match_the_oracle(rng, monkeypatch, N, Ci, H, W, Co, P, relu):
     """Unpooled Winograd layers with 16k channels write their output rows through a channel-last
     scratch and 16 x 16 transposes (rows_transposed): the oracle's values, inference and training
     forwards the same bits, and NaN stays where the input puts it."""
@@ -531,14 +531,14 @@ def test_winograd_unpooled_rows_by_transposes_match_the_oracle(rng, N, Ci, H, W,
     net = nc.Sequential(layers, seed=0)
     conv = net.layers[0]
     conv._plan = WinogradPlan(conv.geometry)
-    conv.plan.always = True
+    choose_winograd(monkeypatch, always=True)
     net._fuse()
     x = f32(rng.standard_normal((N, Ci, H, W)))
     expect = ref.conv2d_forward(x, conv.weight, conv.bias, 1, (P, P))
     if relu:
         expect = np.maximum(expect, 0)
     y = net.forward(x)
-    assert conv.plan.ran_winograd
+    assert conv.plan.variant(x.shape, None, False) in ("winograd", "winograd4")
     np.testing.assert_array_equal(y, net.forward(x, training=True))
     np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
     x[-1, 0, H // 2, W // 2] = np.nan
@@ -596,7 +596,7 @@ def test_winograd_inference_chain_hands_on_channel_last_activations(rng, N, H, W
     if N > 1:
         x[-1, 5, H // 2, W // 3] = np.nan
     y = net.forward(x)
-    assert [c.plan.ran_f4 for c in convs] == [N >= 8] * 3
+    assert [any(k.startswith("wino4_u") for k in c._buffers) for c in convs] == [N >= 8] * 3  # what ran
     np.testing.assert_allclose(y[:good], _chain_oracle(net, x[:good]), rtol=1e-4, atol=1e-4)
     assert not np.isnan(y[:good]).any() and (N == 1 or np.isnan(y[-1]).any())
     features = net.forward(x, upto=7)  # stops between the second and third convs: channel-first
@@ -627,7 +627,8 @@ def test_pools_over_128_elements_are_not_fused():
 @pytest.mark.parametrize("N,Ci,H,W,Co,K,S,P,pool,plan", _row_cases(FUSED_CASES))
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("relu", [True, False])
-def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, pool, plan, ties, relu):
+def test_conv_relu_maxpool_fusion_matches_oracle(rng, monkeypatch, N, Ci, H, W, Co, K, S, P, pool, plan, ties,
+                                                  relu):
     """In a Sequential, Conv2D + ReLU + MaxPool2D(stride = window), or Conv2D + MaxPool2D without
     the ReLU (relu False: negative maxima pass their gradient), run as one fused kernel (the
     pool in the conv epilogue); values, argmax routing and every gradient match the float64
@@ -638,7 +639,7 @@ def test_conv_relu_maxpool_fusion_matches_oracle(rng, N, Ci, H, W, Co, K, S, P, 
         pytest.skip("F(4x4, 3x3) rounds integer data: ties are broken by its rounding")
     layers = [nc.Conv2D(Ci, Co, K, stride=S, padding=P), nc.ReLU(), nc.MaxPool2D(pool)]
     net = nc.Sequential(layers if relu else [layers[0], layers[2]], seed=3)
-    conv = _other_row_plan(net.layers[0], plan)
+    conv = _other_row_plan(net.layers[0], plan, monkeypatch)
     assert conv.fusion.pool == nc.MaxPool2D(pool).kernel_size and net.layers[-1].fusion.absorbed
     assert conv.fusion.relu == relu
     if ties:
@@ -721,7 +722,7 @@ def test_fused_conv_relu_pool_propagates_nan_and_inf(rng, Ci, K, P, pool, stride
 
 @pytest.mark.parametrize("pool", [2, 3])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, bad):
+def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, monkeypatch, pool, bad):
     """Winograd's transforms add and subtract a tile's values, so an infinite input can come out as
     NaN where the direct sum gives +-inf (inf - inf), and a following ReLU keeps that NaN where it
     would have turned -inf into 0. What holds: every output that the oracle makes non-finite stays
@@ -730,7 +731,7 @@ def test_winograd_keeps_nan_and_never_turns_inf_into_a_finite_number(rng, pool, 
     net = nc.Sequential([nc.Conv2D(32, 32, 3, padding=1), nc.ReLU(), nc.MaxPool2D(pool)], seed=1)
     conv = net.layers[0]
     assert conv.strategy == "winograd" and conv.fusion.pool
-    conv.plan.always = True
+    choose_winograd(monkeypatch, always=True)
     x = f32(rng.standard_normal((3, 32, 12, 11)))
     x[0, 0, 4, 5] = bad
     x[2, 31, 0, 0] = -bad
@@ -1079,11 +1080,11 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
     assert cc.dw_tiles(256, 256) == cc.dw_tiles(512, 128) == 256
     assert cc.dw_tiles(64, 256) == 900_000 // (64 * 256) and cc.dw_tiles(24, 64) == 256
     monkeypatch.setattr(_config, "grad_parts", lambda n: 1)  # one part: its tiles in two GEMMs
-    layer = _other_row_plan(nc.Conv2D(256, 256, 3, padding=1).initialize(rng), "chosen")
-    layer.plan.f4 = False  # F(2x2, 3x3)'s weight gradient (F(4x4, 3x3) would take this layer)
+    layer = _other_row_plan(nc.Conv2D(256, 256, 3, padding=1).initialize(rng), "chosen", monkeypatch)
+    choose_winograd(monkeypatch, always=True, f4=False)  # F(2x2, 3x3)'s weight gradient (F(4x4) would)
     x = f32(rng.standard_normal((24, 256, 7, 7)))
     y = layer.forward(x, training=True)
-    assert layer.strategy == "winograd" and layer.plan.ran_winograd and not layer.plan.ran_f4
+    assert layer.strategy == "winograd" and layer.plan.variant(x.shape) == "winograd"
     dout = f32(rng.standard_normal(y.shape))
     dx = layer.backward(dout)
     rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, (1, 1))
@@ -1091,6 +1092,16 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
                                atol=1e-4)
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=2e-3)
+
+
+def _f4(plan, shape, pool=None):
+    """Whether the chooser runs a forward of this input shape by F(4x4, 3x3)."""
+    return plan.variant(shape, pool) == "winograd4"
+
+
+def _wino(plan, shape, pool=None, backward=True):
+    """Whether the chooser runs it by Winograd, not its "positions" fallback."""
+    return plan.variant(shape, pool, backward) != "positions"
 
 
 def test_winograd4_runs_where_its_tiles_do_less_work(rng):
@@ -1102,19 +1113,19 @@ def test_winograd4_runs_where_its_tiles_do_less_work(rng):
     assert (tuning.WINOGRAD4_MIN_CHANNELS, tuning.WINOGRAD4_MAX_WORK, tuning.WINOGRAD4_MIN_EXAMPLES,
             tuning.WINOGRAD4_MIN_TILES) == (24, 1.0, 8, 16)
     plan = nc.Conv2D(256, 256, 3, padding=1).plan
-    assert plan.runs_f4((8, 256, 7, 7)) and not plan.runs_f4((7, 256, 7, 7))  # examples
-    assert plan.runs_f4((8, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
-    assert plan.runs_f4((16, 256, 4, 4)) and plan.runs_f4((16, 256, 3, 3))  # 36 against 64 a 4 x 4
-    assert not plan.runs_f4((15, 256, 3, 3))  # 15 tiles
-    assert plan.runs_f4((16, 256, 15, 15), (2, 2))  # 576 against 784
-    assert not plan.runs_f4((16, 256, 2, 2))  # one 4x4 tile (36) against one 2x2 tile (16)
+    assert _f4(plan, (8, 256, 7, 7)) and not _f4(plan, (7, 256, 7, 7))  # examples
+    assert _f4(plan, (8, 256, 7, 7), (2, 2))  # 6 x 6 read by the pool: 4 x 36 against 9 x 16
+    assert _f4(plan, (16, 256, 4, 4)) and _f4(plan, (16, 256, 3, 3))  # 36 against 64 a 4 x 4
+    assert not _f4(plan, (15, 256, 3, 3))  # 15 tiles
+    assert _f4(plan, (16, 256, 15, 15), (2, 2))  # 576 against 784
+    assert not _f4(plan, (16, 256, 2, 2))  # one 4x4 tile (36) against one 2x2 tile (16)
     for ci, co, f4 in ((24, 64, True), (64, 24, False), (64, 72, False), (72, 64, True)):
-        assert nc.Conv2D(ci, co, 3, padding=1).plan.runs_f4((64, ci, 8, 8)) == f4, (ci, co)
+        assert _f4(nc.Conv2D(ci, co, 3, padding=1).plan, (64, ci, 8, 8)) == f4, (ci, co)
     layer = nc.Conv2D(32, 32, 3, padding=1).initialize(rng)
     for n, f4 in ((8, True), (7, False)):
         x = f32(rng.standard_normal((n, 32, 8, 8)))
         y = layer.forward(x, training=True)
-        assert layer.plan.ran_f4 == f4  # 7 examples: F(2x2, 3x3), here its "positions" fallback
+        assert _f4(layer.plan, x.shape) == f4  # 7 examples: F(2x2, 3x3)'s "positions" fallback
         rdx, rdw, _ = ref.conv2d_backward(np.ones_like(y), x, layer.weight, 1, 1)
         dx = layer.backward(np.ones_like(y))
         assert np.abs(dx - rdx).max() <= 2e-5 * np.abs(rdx).max()
@@ -1138,7 +1149,7 @@ def test_winograd4_wide_layer_matches_the_oracle(rng, monkeypatch, N, H, P, pool
     conv = net.layers[0]
     x = f32(rng.standard_normal((N, 256, H, H)))
     y = net.forward(x, training=True)
-    assert conv.plan.ran_f4 and (conv.fusion.pool is not None) == bool(pool)
+    assert "wino4_u" in conv._buffers and (conv.fusion.pool is not None) == bool(pool)  # F(4x4, 3x3) ran
     h = ref.conv2d_forward(x, conv.weight, conv.bias, 1, P)
     want = ref.maxpool2d_forward(h, pool, pool, 0)[0] if pool else h
 
@@ -1160,7 +1171,7 @@ def test_winograd4_wide_layer_matches_the_oracle(rng, monkeypatch, N, H, P, pool
     assert not conv.dweight.any()  # a frozen weight's gradient is zeros
 
 
-def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
+def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng, monkeypatch):
     """A Winograd layer runs "positions" for batches of fewer than WINOGRAD_MIN_TILES tiles and, in
     training, for odd output sides (unless a fused pool reads only an even part) whose tiles are
     less than 3/4 used or fewer than WINOGRAD_ODD_MIN_TILES, and its backward follows the forward
@@ -1175,16 +1186,16 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
         WINOGRAD_WIDE_CHANNELS,
     )
 
+    choose_winograd(monkeypatch, f4=False)  # F(2x2, 3x3)'s thresholds (F(4x4, 3x3) would take these widths)
     narrow = nc.Conv2D(32, 48, 3, padding=1).initialize(rng)
     assert narrow.strategy == "winograd" and 48 < WINOGRAD_WIDE_CHANNELS and WINOGRAD_MIN_AREA == 100
     plan = narrow.plan
-    assert not plan.runs_winograd((64, 32, 8, 8)) and not plan.runs_winograd((64, 32, 8, 8), None, False)
-    assert plan.runs_winograd((64, 32, 10, 10)) and not plan.runs_winograd((64, 32, 9, 11))
-    assert plan.runs_winograd((64, 32, 10, 10), None, False)
+    assert not _wino(plan, (64, 32, 8, 8)) and not _wino(plan, (64, 32, 8, 8), None, False)
+    assert _wino(plan, (64, 32, 10, 10)) and not _wino(plan, (64, 32, 9, 11))
+    assert _wino(plan, (64, 32, 10, 10), None, False)
     C = WINOGRAD_WIDE_CHANNELS  # the tile thresholds alone
     layer = nc.Conv2D(C, C, 3, padding=1).initialize(rng)
     assert layer.strategy == "winograd"
-    layer.plan.f4 = False  # F(2x2, 3x3)'s thresholds (F(4x4, 3x3) would take this width)
     enough = -(-WINOGRAD_MIN_TILES // 4)  # examples of 4 x 4 (4 tiles) that make the threshold
     assert enough > 1
     odd = WINOGRAD_ODD_MIN_TILES // 16  # examples of 7 x 7 (16 tiles, 49 of 64 outputs used)
@@ -1193,25 +1204,27 @@ def test_winograd_falls_back_to_positions_on_small_batches_and_odd_outputs(rng):
                               (WINOGRAD_MIN_TILES, 7, 8, False), (3, 5, 5, False), (1, 7, 7, False),
                               (odd, 7, 7, True), (odd - 1, 7, 7, False), (odd, 7, 8, True),
                               (2 * odd, 5, 5, False), (8 * odd, 3, 3, False)]:
-        assert layer.plan.runs_winograd((n, C, h, w)) == winograd
+        assert _wino(layer.plan, (n, C, h, w)) == winograd
         if h % 2:  # a fused 2x2 pool reads an even part of an odd output: Winograd runs
             tiles = (h // 2) * (w // 2)
-            assert layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles), C, h, w), (2, 2))
-            assert not layer.plan.runs_winograd((-(-WINOGRAD_MIN_TILES // tiles) - 1, C, h, w), (2, 2))
+            assert _wino(layer.plan, (-(-WINOGRAD_MIN_TILES // tiles), C, h, w), (2, 2))
+            assert not _wino(layer.plan, (-(-WINOGRAD_MIN_TILES // tiles) - 1, C, h, w), (2, 2))
         x = f32(rng.standard_normal((n, C, h, w)))
+        layer._buffers.clear()  # what this shape's forward and backward leave, alone
         y = layer.forward(x, training=True)
-        assert layer.plan.ran_winograd == winograd
+        assert layer.plan.variant(x.shape) == ("winograd" if winograd else "positions")
         expect = ref.conv2d_forward(x, layer.weight, layer.bias, 1, 1)
         np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
         dout = f32(rng.standard_normal(y.shape))
         dx = layer.backward(dout)
+        assert ("wino_u2" in layer._buffers) == winograd  # the backward of the forward that ran
         rdx, rdw, _ = ref.conv2d_backward(dout, x, layer.weight, 1, 1)
         np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
         # inference (no backward follows) runs Winograd on odd sides too, enough tiles given
         odd_tiles = n * ((h + 1) // 2) * ((w + 1) // 2)
-        assert layer.plan.runs_winograd((n, C, h, w), None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
+        assert _wino(layer.plan, (n, C, h, w), None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         y = layer.forward(x, training=False, backward=False)
-        assert layer.plan.ran_winograd == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
+        assert _wino(layer.plan, x.shape, None, False) == (odd_tiles >= WINOGRAD_INFER_MIN_TILES)
         np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(layer.dweight, rdw, rtol=1e-4, atol=1e-3)
 

@@ -190,3 +190,25 @@ def test_tuning_is_one_table_each_entry_with_a_reason_and_a_measurement():
         # bounds the memory of recorded predictions
         allowed = {"_config.py": ["GRAD_PARTS"], "network.py": ["INFERENCE_PROGRAMS"]}
         assert thresholds == allowed.get(rel, []), (rel, thresholds)
+
+
+def test_conv_plans_pass_nothing_from_forward_to_backward_and_tests_ask_the_chooser():
+    """A convolution plan sets its attributes in ``__init__`` only: what a backward needs is in the
+    workspace its forward filled, or asked of the chooser (``WinogradPlan.variant``) for the input
+    kept there, never a flag the last forward left. Tests steer the choice through the tuning table,
+    not by toggling a plan."""
+    import glob
+    import re
+
+    for rel in ("backend/cpu_conv.py", "backend/cuda_conv.py"):
+        tree = ast.parse(open(os.path.join(PKG, rel), encoding="utf-8").read())
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"):
+                for node in ast.walk(fn):
+                    targets = node.targets if isinstance(node, ast.Assign) else (
+                        [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+                    assert not any(isinstance(t, ast.Attribute) and getattr(t.value, "id", "") == "self"
+                                   for t in targets), (rel, cls.name, fn.name, node.lineno)
+    for path in glob.glob(os.path.join(ROOT, "tests", "*.py")):
+        text = open(path, encoding="utf-8").read()
+        assert not re.search(r"\.plan\.\w+\s*=[^=]", text), path

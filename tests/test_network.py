@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import reference as ref
-from conftest import f32
+from conftest import f32, winograd_choices
 
 import numbacnn as nc
 from numbacnn import tuning
@@ -166,7 +166,10 @@ import hashlib, sys
 import numpy as np
 import numba
 import numbacnn as nc
+from numbacnn import tuning
 
+TABLE = {k: v for k, v in vars(tuning).items() if k.isupper()}
+CHOICES = WINOGRAD_CHOICES  # the chooser asked for Winograd on every shape, F(4x4, 3x3) or never
 WINOGRAD = ("conv(32,3,padding=1),relu,maxpool(2),conv(96,3,padding=1),relu,conv(96,3,padding=1),dense(10)",
             (40, 25, 23))
 SPECS = {
@@ -214,16 +217,15 @@ for name, (spec, shape) in SPECS.items():
         net = nc.build_network(spec, shape, 10, seed=5)
         wino = [la for la in net.layers
                 if name.startswith("winograd") and getattr(la, "strategy", "") == "winograd"]
-        for layer in wino:
-            layer.plan.always = True  # odd sides, batches 1 and 3 too
-            layer.plan.f4 = None if name == "winograd4" else False
+        for key, value in {**TABLE, **CHOICES.get(name, {})}.items():
+            setattr(tuning, key, value)  # winograd specs: odd sides, batches 1 and 3 too
         opt = nc.Adam(net, lr=1e-3)
         for _ in range(3):
             _, d = nc.softmax_cross_entropy(net.forward(x, training=True), y)
             dx = net.backward(d)
             opt.step()
         if wino:  # which Winograd the training steps ran
-            ran_f4 = [layer.plan.ran_f4 for layer in wino]
+            ran_f4 = [any(k.startswith("wino4_u") for k in layer._buffers) for layer in wino]
             assert len(ran_f4) == 3 and set(ran_f4) == {name == "winograd4"}, (name, ran_f4)
         small = net.forward(x[:1]).tobytes() + net.forward(x[:3]).tobytes()  # row blocks per example
         h = hashlib.sha256(net.params.tobytes() + net.grads.tobytes() + dx.tobytes() + small).hexdigest()
@@ -242,7 +244,9 @@ def test_results_identical_for_1_2_3_and_16_threads():
     import sys
 
     env = dict(os.environ, NUMBA_NUM_THREADS="16")
-    r = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True,
+    choices = {"winograd": winograd_choices(True, False), "winograd4": winograd_choices(True, None)}
+    script = THREADS_SCRIPT.replace("WINOGRAD_CHOICES", repr(choices))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     hashes: dict[str, dict[str, str]] = {}

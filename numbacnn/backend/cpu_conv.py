@@ -510,6 +510,13 @@ class GemmPlan(CpuConvPlan):
 
 
 
+def _winograd_tuning() -> tuple:
+    """The table's entries a Winograd layer's choice reads (a change makes it choose again)."""
+    return (T.WINOGRAD_MIN_AREA, T.WINOGRAD_WIDE_CHANNELS, T.WINOGRAD_INFER_MIN_TILES, T.WINOGRAD_MIN_TILES,
+            T.WINOGRAD_ODD_MIN_USED, T.WINOGRAD_ODD_MIN_TILES, T.WINOGRAD4_MIN_CHANNELS, T.WINOGRAD4_MAX_WORK,
+            T.WINOGRAD4_MIN_EXAMPLES, T.WINOGRAD4_MIN_TILES)
+
+
 def dw_tiles(ci: int, co: int) -> int:
     """Tiles per weight-gradient GEMM (at least a block's): tuning.WINOGRAD_DW_TILES, fewer where the BLAS's
     small-matrix limit would be passed, unless the layer is as wide as tuning.WINOGRAD_DW_WIDE."""
@@ -519,44 +526,42 @@ def dw_tiles(ci: int, co: int) -> int:
 
 
 class WinogradPlan(CpuConvPlan):
-    """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py).
+    """3x3 filters, stride 1, padding at most 2: Winograd F(2x2, 3x3) (conv2d_winograd.py), F(4x4,
+    3x3) (conv2d_winograd4.py), or the "positions" plan, chosen once per input shape (``variant``).
 
     With a fused pool only the outputs that the pool reads are computed (mnistcnn's 11 x 11 output
-    under a 2 x 2 pool: 5 x 5 tiles). A call whose batch has fewer than tuning.WINOGRAD_MIN_TILES tiles
-    (tuning.WINOGRAD_INFER_MIN_TILES for inference), or whose images have fewer than tuning.WINOGRAD_MIN_AREA
-    computed outputs on a layer narrower than tuning.WINOGRAD_WIDE_CHANNELS, runs the "positions" plan
-    instead (``runs_winograd``;
-    the backward follows its forward), and so does a training forward whose computed output has an
-    odd side (half-empty last tiles) unless its tiles' outputs are 3/4 used and the batch has
-    tuning.WINOGRAD_ODD_MIN_TILES tiles, while inference runs Winograd on every odd side (resnet8's
-    64 -> 64 7 x 7 layer at batch 64: 0.72x the time of "positions"); ``always = True`` (tests)
-    runs Winograd on every shape."""
+    under a 2 x 2 pool: 5 x 5 tiles). Small batches and small outputs of narrow layers run
+    "positions", as do training forwards whose computed output has an odd side (half-empty last
+    tiles) unless enough of their tiles' outputs are used and the batch is large; inference runs
+    Winograd on odd sides too. The thresholds: numbacnn/tuning.py. The backward asks ``variant``
+    for the input its forward kept, so nothing passes from the one to the other but the workspace."""
 
     name = "winograd"
     fuses_pool = True
     channels_last = True
-    always = False
-
-    f4: bool | None = None  # F(4x4, 3x3): None where it pays (runs_f4), True wherever it can run, False never
 
     def __init__(self, geometry: ConvGeometry) -> None:
         super().__init__(geometry)
         self.fallback = PositionsPlan(geometry)
-        self.ran_winograd = True
-        self.ran_f4 = False
+        self._variants: dict[tuple, str] = {}
 
-    def runs_f4(self, shape: tuple[int, ...], pool: Pair | None = None) -> bool:
-        """Whether a forward of this input shape (with this fused pool) runs F(4x4, 3x3): output
-        channels divisible by 16, at least WINOGRAD4_MIN_CHANNELS channels in and out, the 4x4
-        tiles' work at most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_EXAMPLES examples
-        and WINOGRAD4_MIN_TILES tiles in the batch (numbacnn/tuning.py; the shapes only, never the
-        thread count: the two round differently; ``f4`` True: wherever the output channels allow,
-        False: never)."""
+    def variant(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> str:
+        """What a forward of this input shape (with this fused pool; ``backward``: a backward follows)
+        runs: "winograd4", "winograd" or "positions". From the shapes only, never the thread count;
+        chosen the first time a shape is seen (and again if the tuning table changed since)."""
+        key = (tuple(shape), pool, backward, _winograd_tuning())
+        if key not in self._variants:
+            self._variants[key] = ("winograd4" if self._runs_f4(shape, pool)
+                                   else "winograd" if self._runs_f2(shape, pool, backward) else "positions")
+        return self._variants[key]
+
+    def _runs_f4(self, shape: tuple[int, ...], pool: Pair | None) -> bool:
+        """F(4x4, 3x3): output channels divisible by 16, WINOGRAD4_MIN_CHANNELS channels in and out,
+        the 4x4 tiles' work at most WINOGRAD4_MAX_WORK of the 2x2 tiles', WINOGRAD4_MIN_EXAMPLES
+        examples and WINOGRAD4_MIN_TILES tiles in the batch."""
         g = self.geometry
-        if self.f4 is False or g.out_channels % 16:
+        if g.out_channels % 16:
             return False
-        if self.f4:
-            return True
         n, _, h, w = shape
         oh, ow = g.out_hw(h, w)
         th4, tw4 = tiles4(oh, ow, pool)
@@ -565,22 +570,21 @@ class WinogradPlan(CpuConvPlan):
                 and 36 * th4 * tw4 <= T.WINOGRAD4_MAX_WORK * 16 * th2 * tw2
                 and n >= T.WINOGRAD4_MIN_EXAMPLES and n * th4 * tw4 >= T.WINOGRAD4_MIN_TILES)
 
-    def runs_winograd(self, shape: tuple[int, ...], pool: Pair | None = None, backward: bool = True) -> bool:
-        """Whether a forward of this input shape (with this fused pool) runs Winograd (the shapes
-        only, and whether a backward follows: training on an odd output side needs its tiles 3/4
-        used and tuning.WINOGRAD_ODD_MIN_TILES of them)."""
+    def _runs_f2(self, shape: tuple[int, ...], pool: Pair | None, backward: bool) -> bool:
+        """F(2x2, 3x3): WINOGRAD_MIN_AREA computed outputs or WINOGRAD_WIDE_CHANNELS channels;
+        WINOGRAD_INFER_MIN_TILES tiles for inference, WINOGRAD_MIN_TILES for training, and on an odd
+        side WINOGRAD_ODD_MIN_USED of the tiles' outputs used and WINOGRAD_ODD_MIN_TILES tiles."""
         n, _, h, w = shape
         oh, ow = self.computed(*self.geometry.out_hw(h, w), pool)
         g = self.geometry
-        if (not self.always and oh * ow < T.WINOGRAD_MIN_AREA
-                and min(g.in_channels, g.out_channels) < T.WINOGRAD_WIDE_CHANNELS):
+        if oh * ow < T.WINOGRAD_MIN_AREA and min(g.in_channels, g.out_channels) < T.WINOGRAD_WIDE_CHANNELS:
             return False
-        if not backward:
-            return self.always or n * ((oh + 1) // 2) * ((ow + 1) // 2) >= T.WINOGRAD_INFER_MIN_TILES
         th, tw = (oh + 1) // 2, (ow + 1) // 2
+        if not backward:
+            return n * th * tw >= T.WINOGRAD_INFER_MIN_TILES
         if oh % 2 == 0 and ow % 2 == 0:
-            return self.always or n * th * tw >= T.WINOGRAD_MIN_TILES
-        return self.always or (oh * ow >= 3 * th * tw and n * th * tw >= T.WINOGRAD_ODD_MIN_TILES)
+            return n * th * tw >= T.WINOGRAD_MIN_TILES
+        return oh * ow >= T.WINOGRAD_ODD_MIN_USED * 4 * th * tw and n * th * tw >= T.WINOGRAD_ODD_MIN_TILES
 
     @staticmethod
     def fits(g: ConvGeometry) -> bool:
@@ -619,12 +623,10 @@ class WinogradPlan(CpuConvPlan):
     def _forward(self, ws: Workspace, x: Any, weight: Any, bias: Any, relu: bool, pool: Pair | None,
                  backward: bool, version: Any, layout: int) -> Any:
         shape = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if layout & 1 else x.shape
-        self.ran_f4 = self.runs_f4(shape, pool)
-        if self.ran_f4:
-            self.ran_winograd = True
+        variant = self.variant(shape, pool, backward)
+        if variant == "winograd4":
             return self._forward4(ws, x, weight, bias, relu, pool, backward, version, layout, shape)
-        self.ran_winograd = self.runs_winograd(shape, pool, backward)
-        if not self.ran_winograd:
+        if variant == "positions":
             if layout & 1:
                 xc = ws.buf("x_nchw", shape)
                 launch(K.copy_strided, xc, x.transpose(0, 3, 1, 2))
@@ -660,9 +662,10 @@ class WinogradPlan(CpuConvPlan):
                  need_dw: bool, relu: bool, pool: Pair | None) -> Any:
         """As CpuConvPlan.backward, but the parts hold the weight gradient's transforms (Co, 16, Ci):
         they are added first and transformed once."""
-        if not self.ran_winograd:
+        variant = self.variant(ws["x"].shape, pool, True)  # the input its forward kept
+        if variant == "positions":
             return self.fallback.backward(ws, dy, weight, dweight, dbias, need_dx, need_dw, relu, pool)
-        if self.ran_f4:
+        if variant == "winograd4":
             return self._backward4(ws, dy, weight, dweight, dbias, need_dx, need_dw, relu, pool)
         g = self.geometry
         ci, co = g.in_channels, g.out_channels
