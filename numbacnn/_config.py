@@ -81,7 +81,15 @@ NO_CACHE_WARNING = (
     "cache them")
 
 
-def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = False):
+# Every kernel a backend may call, declared where it is defined (``kernel(export=True, team=...)``):
+# {kernel package ("numbacnn.kernels.cpu"): {name: (dispatcher, team)}}. The package's namespace,
+# the team region's kernels and the tests that hold the kernel tier to them derive from it.
+DECLARED: dict[str, dict[str, tuple[Any, str | None]]] = {}
+TEAM_FORMS = (None, "blocks", "serial")
+
+
+def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = False, export: bool = False,
+           team: str | None = None):
     """Decorator for CPU kernels: ``njit`` with the project's cache and fastmath flags, compiled at
     KERNEL_OPT, never with ``parallel=True`` (a kernel's parallel loop is ``_parallel.parallel_blocks``),
     loaded from the prebuilt kernels shipped with the package when they match (``prebuilt.py``).
@@ -90,7 +98,15 @@ def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = F
     ``inline``: numba inlines the function into its callers' code (a helper called per channel,
     with ten array arguments, cost more than its work). ``float_division``: divisions by zero give
     inf or NaN as in numpy (numba's "numpy" error model) instead of raising ZeroDivisionError: the
-    check on every division kept LLVM from vectorising loops that divide (rational approximations)."""
+    check on every division kept LLVM from vectorising loops that divide (rational approximations).
+
+    The declaration: ``export``: a kernel the backends call, in its package's namespace
+    (``kernels.cpu.NAME``). ``team``: how a recorded prediction's team region (backend/team.py) runs
+    it: "blocks" (its parallel split: ``NAME_blocks(*args)`` blocks, ``NAME_block(i, *args)`` runs
+    block i, both in its module, as its own ``parallel_blocks`` call) or "serial" (on one thread);
+    None: a team region cannot run it (its program runs call by call)."""
+    if team not in TEAM_FORMS:
+        raise ValueError(f"team must be one of {TEAM_FORMS}, got {team!r}")
     flags: dict[str, Any] = dict(nogil=True, fastmath=set(FASTMATH) if fastmath else False)
     if inline:
         flags["inline"] = "always"
@@ -110,8 +126,43 @@ def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = F
         if hasattr(dispatcher, "compile"):  # not under NUMBA_DISABLE_JIT=1 (plain Python)
             dispatcher.compile = _compile_at_kernel_opt(dispatcher.compile)
             prebuilt.attach(dispatcher)  # the shipped kernels first, then numba's own cache
+        if export or team:
+            declare(dispatcher, team, func)
         return dispatcher
     return decorate
+
+
+def declare(fn: Any, team: str | None = None, func: Any = None) -> Any:
+    """Declare ``fn`` (defined as ``func``, default ``fn`` itself) a kernel of its package for
+    export (``kernel(export=True)`` does it for CPU kernels; CUDA launchers are declared so, as a
+    decorator); returns ``fn``."""
+    func = func or fn
+    DECLARED.setdefault(func.__module__.rsplit(".", 1)[0], {})[func.__name__] = (fn, team)
+    return fn
+
+
+def declared(package: str) -> dict[str, Any]:
+    """The kernels ``package`` ("numbacnn.kernels.cpu") declared for export: {name: dispatcher}."""
+    return {name: fn for name, (fn, _) in DECLARED.get(package, {}).items()}
+
+
+def team_kernels(package: str) -> tuple[dict[Any, tuple[Any, Any]], frozenset]:
+    """The team region's kernels of ``package``: ({entry: (count, block)} for the "blocks" form,
+    the "serial" ones), their block functions found beside them by name."""
+    import importlib
+
+    blocks, serial = {}, set()
+    for name, (fn, team) in DECLARED.get(package, {}).items():
+        if team == "serial":
+            serial.add(fn)
+        elif team == "blocks":
+            module = importlib.import_module(getattr(fn, "py_func", fn).__module__)
+            try:
+                blocks[fn] = (getattr(module, name + "_blocks"), getattr(module, name + "_block"))
+            except AttributeError:
+                raise TypeError(f"{module.__name__}.{name} is declared team='blocks' but its module has no "
+                                f"{name}_blocks and {name}_block") from None
+    return blocks, frozenset(serial)
 
 
 _blas_done = False

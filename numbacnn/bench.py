@@ -39,6 +39,7 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "dscnn": (1, 49, 10),
     # series (C, L): Wang et al.'s FCN and ResNet at GunPoint's length, MNIST-1D's CNN at its 40
     "fcn": (1, 150), "resnet1d": (1, 150), "series": (1, 150), "inceptiontime": (1, 150),
+    "series-dense": (1, 100),
     "mnist1dcnn": (1, 40)}
 
 

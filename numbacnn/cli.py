@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--series-length", type=_series_length, default=None, metavar="N|max",
                    help="series of unequal lengths: pad (zeros at the end) or truncate every one to N, "
                    "or to the longest training series")
+    d.add_argument("--series-fit", choices=("pad", "resample"), default=None,
+                   help="how --series-length fits a series: pad (default) or resample (linear "
+                   "interpolation to N evenly spaced points)")
     d.add_argument("--fill-missing", type=_number(float, float("-inf"), True), default=None, metavar="VALUE",
                    help=".ts series: the value put where a value is missing ('?'); without it, an error")
     d.add_argument("--test-size", type=_number(float, 0, True, 1, True), default=0.2,

@@ -33,6 +33,7 @@ def workloads() -> None:
     from sklearn.datasets import load_digits
 
     import numbacnn as nc
+    from numbacnn.training import evaluate_regression
 
     rng = np.random.default_rng(0)
     nets = [(spec, shape) for spec, shape in (
@@ -48,7 +49,13 @@ def workloads() -> None:
         # per-side padding, the gates
         ("conv(16,3,padding=1,bias=False),bn,relu6,dwconv(3,stride=2,padding=1),relu,conv(16,1),relu,"
          "conv(16,1,bias=False),bn,hardswish,dwconv(3,multiplier=2,padding=same,dilation=2),silu,"
-         "conv(8,(3,2),groups=4,padding=((1,0),(0,1))),sigmoid,gap,dense(8),hardsigmoid", (1, 12, 10)))]
+         "conv(8,(3,2),groups=4,padding=((1,0),(0,1))),sigmoid,gap,dense(8),hardsigmoid", (1, 12, 10)),
+        # an ungrouped conv with uneven padding (the padded plan, DS-CNN's stem)
+        ("conv(8,(4,2),stride=2,padding=((1,2),(0,1))),relu,dense(10)", (1, 12, 10)),
+        # series: 1-D convolutions (same, causal and dilated, strided), BatchNorm over (N, C, L),
+        # branches joined along the channels, the 1-D pools
+        ("conv1d(16,8,padding=same),bn,relu,cat(conv1d(8,5,padding=same) | maxpool1d(3,stride=1,padding=1)),"
+         "conv1d(8,3,dilation=2,padding=causal),relu,avgpool1d(2),conv1d(8,3,stride=2),relu,gmp", (2, 40)))]
     optimizers = [lambda n: nc.Adam(n, lr=1e-3), lambda n: nc.Adam(n, lr=1e-3, weight_decay=1e-4),
                   lambda n: nc.AdamW(n, lr=1e-3),
                   lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
@@ -65,7 +72,7 @@ def workloads() -> None:
             net = nc.build_network(spec, shape, 10, seed=0, normalize=colour)
             trainer = nc.Trainer(net, make_opt(net), batch_size=8, seed=0, progress=False,
                                  step_programs=i % 2 == 0, lr_schedule="onecycle" if i < 2 else "constant",
-                                 augment=("shift:2,flip" if i % 3 == 0 else
+                                 augment=None if len(shape) == 2 else ("shift:2,flip" if i % 3 == 0 else
                                           "translate:2,flip:alternate" if i % 3 == 1 else None),
                                  label_smoothing=0.1 if i == 1 else 0.0)
             trainer.fit(x, y, 1, x, y)
@@ -76,6 +83,15 @@ def workloads() -> None:
         logits = net.forward(x, training=True)
         _, d = nc.softmax_cross_entropy(logits, y)
         net.backward(d)  # the input gradient too (the report's saliency)
+    # regression: the MSE and Huber losses on the regression default, trained and evaluated
+    xs = rng.random((20, 1, 30), dtype=np.float32)
+    targets = rng.standard_normal((20, 1)).astype(np.float32)
+    for i, loss in enumerate(("mse", "huber")):
+        net = nc.build_network("auto", (1, 30), 1, seed=0, regression=True)
+        trainer = nc.Trainer(net, nc.Adam(net, lr=1e-3), batch_size=8, seed=0, progress=False, loss=loss,
+                             step_programs=i == 0)
+        trainer.fit(xs, targets, 1, xs, targets)
+        evaluate_regression(net, xs, targets)
     X, y = load_digits(return_X_y=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -84,6 +100,8 @@ def workloads() -> None:
         clf.fit(X[:200], y[:200])
         clf.predict_proba(X[:50])
         clf.transform(X[:50])
+        reg = nc.CNNRegressor(max_epochs=1, random_state=0).fit(xs[:, 0], targets[:, 0])
+        reg.predict(xs[:, 0])
 
 
 def record(path: str) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from .backend import team as _team
 from .backend.base import GraphError
 from .backend.calls import Call, capture
+from .kernels import cpu as K
 from .layers.base import Layer
 
 _FLOAT32 = np.dtype(np.float32)
@@ -147,7 +148,6 @@ class StepProgram:
         """The batch x[idx], y[idx] (moved by ``moves``) into the step's host input buffers (on the
         CPU the step's own; on a device the staging that ``step`` copies from)."""
         from . import augment
-        from .kernels import cpu as K
 
         fast = (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
                 and idx.dtype == np.int64)

@@ -76,6 +76,7 @@ def load_data(args: Any, seed: int, test_size: float, shape: tuple[int, ...] | N
                       cache_dir=getattr(args, "cache_dir", None), progress=progress,
                       series=getattr(args, "series", False),
                       series_length=getattr(args, "series_length", None),
+                      series_fit=getattr(args, "series_fit", None),
                       fill_missing=getattr(args, "fill_missing", None))
     if ds.skipped:
         shown = "; ".join(f"{p} ({why})" for p, why in ds.skipped[:3])

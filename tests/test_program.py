@@ -305,7 +305,12 @@ def _team_or_skip():
 
 @pytest.mark.parametrize("arch,shape", [(a, (1, 12, 12)) for a in ARCHS]
                          + [("lenet5", (1, 28, 28)), ("mnistcnn", (1, 28, 28)), ("modern", (1, 28, 28)),
-                            ("conv(8,3,padding=1),bn,relu,conv(8,3),tanh", (3, 9, 9))])
+                            ("conv(8,3,padding=1),bn,relu,conv(8,3),tanh", (3, 9, 9)),
+                            ("conv(16,3,padding=1),bn,gelu,scale(0.5),maxpool(2)", (3, 8, 8)),  # airbench94's
+                            ("conv(8,3,padding=1),bn,relu6,dwconv(3,padding=1),hardswish,conv(8,1),sigmoid,"
+                             "silu,hardsigmoid", (3, 8, 8)),  # the mobile nets' gates
+                            ("conv1d(8,5,padding=same),bn,relu,cat(conv1d(4,3,padding=same) | "
+                             "maxpool1d(3,stride=1,padding=1)),gap", (2, 20))])  # series, concatenation
 def test_team_runs_give_the_replay_bits_at_any_thread_count(arch, shape, monkeypatch):
     """From its third run an inference program runs its calls as one team region (one OpenMP
     parallel region, barriers where calls depend on each other): the same bits as the replay and as
@@ -573,3 +578,22 @@ def test_a_refused_capture_warns_and_runs_launch_by_launch():
         runs()
     runs()
     assert (len(ran), be.captures, runs.graph) == (3, 1, False)
+
+
+@pytest.mark.parametrize("arch", sorted(nc.PRESETS))
+def test_every_preset_s_prediction_runs_as_one_team(arch):
+    """Every kernel a preset's prediction calls is declared for the team region (``kernel(team=...)``):
+    a kernel left out would make that preset's repeated predictions run call by call."""
+    _team_or_skip()
+    from numbacnn.bench import input_shape
+
+    net = nc.build_network(arch, input_shape(arch), 4, seed=0)
+    x = np.random.default_rng(0).random((2, *input_shape(arch)), dtype=np.float32)
+    for _ in range(4):
+        net.forward(x)
+    program = net._inference(x.shape, None)
+    from numbacnn.kernels import cpu as K
+
+    left = sorted({fn.py_func.__name__ for fn, _ in getattr(program, "calls", [])
+                   if fn not in K.TEAM_BLOCKS and fn not in K.TEAM_SERIAL})
+    assert program.team, f"{arch}: kernels without a team form: {left}"

@@ -73,6 +73,30 @@ def test_unequal_lengths_need_an_explicit_length(tmp_path):
     np.testing.assert_array_equal(padded.lengths, [3, 2, 4, 2])
 
 
+def test_unequal_lengths_resampled_on_request(tmp_path):
+    """--series-fit resample: each case linearly interpolated to the length asked for (hand-worked
+    values), equal cases untouched, a missing value filled before the interpolation; train and test
+    files alike; the option refused where it does not apply."""
+    header = HEADER.replace("@dimensions 2\n", "@dimensions 2\n@equalLength false\n")
+    path = _ts(tmp_path / "R_TRAIN.ts", "0,2,4:1,1,1:up\n0,6:5,?:down\n1,2,3,4:5,6,7,8:up\n0,3:1,1:down\n",
+               header=header)
+    x = read_ts(path, 4, fill=-1.0, fit="resample").x
+    np.testing.assert_allclose(x[0, 0], [0, 4 / 3, 8 / 3, 4], rtol=1e-6)  # 0,2,4 at 0, 2/3, 4/3, 2
+    np.testing.assert_array_equal(x[1, 0], [0, 2, 4, 6])
+    np.testing.assert_allclose(x[1, 1], [5, 3, 1, -1], rtol=1e-6)  # the fill, then the line through it
+    np.testing.assert_array_equal(x[2], [[1, 2, 3, 4], [5, 6, 7, 8]])  # already 4 long
+    np.testing.assert_allclose(read_ts(path, 2, fit="resample", fill=0.0).x[2, 0], [1, 4])  # the ends kept
+    _ts(tmp_path / "R_TEST.ts", "0,1,2,3,4,5,6:0,0,0,0,0,0,0:up\n9:9:down\n", header=header)
+    ds = load_dataset(path, series_length="max", series_fit="resample", fill_missing=0.0)
+    np.testing.assert_allclose(ds.x_test[0, 0], [0, 2, 4, 6], rtol=1e-6)
+    np.testing.assert_array_equal(ds.x_test[1, 0], [9, 9, 9, 9])
+    with pytest.raises(DataError, match="series fit must be one of pad, resample"):
+        read_ts(path, 4, fit="stretch")
+    np.savez(tmp_path / "b.npz", x=np.zeros((4, 3, 3)), y=np.arange(4) % 2)
+    with pytest.raises(DataError, match="--series-fit does not apply"):
+        load_dataset(str(tmp_path / "b.npz"), series_fit="resample")
+
+
 @pytest.mark.parametrize("text,message", [
     ("@problemName X\n@data\n1,2:up\n", "neither @classLabel nor @targetLabel"),
     ("@classLabel true a b\n1,2,3:c\n", "expected a header tag"),

@@ -437,8 +437,9 @@ def stratified_split(x: np.ndarray, y: np.ndarray, test_size: float, seed: int):
 class Options:
     """What a loader may be asked for besides the path: an IDX images file's ``labels`` file;
     image folders' ``image_size``, ``channels``, ``cache_dir`` and ``progress``; ``series``
-    (an .npz or .csv file holds series, not images); series' ``series_length`` (pad or truncate
-    to it, or "max") and ``fill_missing`` (the value put for a missing one)."""
+    (an .npz or .csv file holds series, not images); series' ``series_length`` (fit them to it,
+    or "max"), ``series_fit`` (how: "pad", the default, or "resample") and ``fill_missing`` (the
+    value put for a missing one)."""
 
     labels: str | None = None
     image_size: tuple[int, int] | None = None
@@ -448,6 +449,7 @@ class Options:
     series: bool = False
     series_length: int | str | None = None
     fill_missing: float | None = None
+    series_fit: str | None = None
 
     def given(self) -> set[str]:
         return {k for k, v in self.__dict__.items() if v is not None and v is not False and k != "progress"}
@@ -507,13 +509,14 @@ def input_files(path: str | None, labels: str | None = None) -> list[str]:
 
 _OPTION_FLAGS = {"labels": "--labels", "image_size": "--image-size", "channels": "--channels",
                  "cache_dir": "--cache-dir", "series": "--series", "series_length": "--series-length",
-                 "fill_missing": "--fill-missing"}
+                 "series_fit": "--series-fit", "fill_missing": "--fill-missing"}
 
 
 def load_dataset(path: str | None = None, labels: str | None = None, test_size: float = 0.2,
                  seed: int = 0, image_size: int | tuple[int, int] | None = None,
                  channels: int | None = None, cache_dir: str | None = None,
                  progress: bool = False, series: bool = False, series_length: int | str | None = None,
+                 series_fit: str | None = None,
                  fill_missing: float | None = None) -> Dataset:
     """Load ``path`` (None: the embedded digits) and return train and test arrays.
 
@@ -526,7 +529,8 @@ def load_dataset(path: str | None = None, labels: str | None = None, test_size: 
     The options apply to the formats named in ``Options``; one given to another is refused.
     """
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
-    opts = Options(labels, size, channels, cache_dir, progress, series, series_length, fill_missing)
+    opts = Options(labels, size, channels, cache_dir, progress, series, series_length, fill_missing,
+                   series_fit)
     if path is None or path == "digits":
         if opts.given():
             raise DataError(f"{_flags(opts.given())} not apply to the embedded digits")
@@ -627,18 +631,19 @@ def _suffix(*ends: str) -> Callable[[str], bool]:
     return lambda p: os.path.isfile(p) and p.lower().endswith(ends)
 
 
-@register_format(".ts series", _suffix(".ts"), ("series_length", "fill_missing"),
+@register_format(".ts series", _suffix(".ts"), ("series_length", "fill_missing", "series_fit"),
                  reads=lambda p: [p, *filter(None, [_test_beside(p)])])
 def _load_ts(path: str, opts: Options) -> Loaded:
     from .series import fit_length, read_ts
 
-    train = read_ts(path, opts.series_length, opts.fill_missing)
+    fit = opts.series_fit or "pad"
+    train = read_ts(path, opts.series_length, opts.fill_missing, fit)
     task = "classify" if train.classes is not None else "regress"
     test_path = _test_beside(path)
     if test_path is None:
         return Loaded(train.name, train.x, train.y, classes=train.classes, task=task)
     length = train.x.shape[2]
-    test = read_ts(test_path, length if opts.series_length is not None else None, opts.fill_missing)
+    test = read_ts(test_path, length if opts.series_length is not None else None, opts.fill_missing, fit)
     if (test.classes is None) != (train.classes is None):
         held = "class labels" if test.classes else "targets"
         raise DataError(f"{test_path}: holds {held}, {path} does not")

@@ -66,11 +66,18 @@ def read_text(path: str, limit: int = MAX_TEXT_BYTES) -> str:
 _BOOL = {"true": True, "false": False}
 
 
-def read_ts(path: str, series_length: int | str | None = None, fill: float | None = None) -> Series:
-    """Read a ``.ts`` file. Unequal lengths need ``series_length`` (an int: each case padded with
-    zeros at its end or truncated to it; "max": to the longest case); missing values (``?``)
-    need ``fill`` (the value put in their place). Anything else malformed: a DataError naming the
-    line."""
+FITS = ("pad", "resample")
+
+
+def read_ts(path: str, series_length: int | str | None = None, fill: float | None = None,
+            fit: str = "pad") -> Series:
+    """Read a ``.ts`` file. Unequal lengths need ``series_length`` (an int, or "max": the longest
+    case), to which each case is fitted: ``fit`` "pad" (zeros at its end, or truncated) or
+    "resample" (linearly interpolated to that many evenly spaced points, as aeon's TSInterpolator;
+    JapaneseVowels' equal-length form is made so). Missing values (``?``) need ``fill`` (the value
+    put in their place, before a resampling). Anything else malformed: a DataError naming the line."""
+    if fit not in FITS:
+        raise DataError(f"series fit must be one of {', '.join(FITS)}, got {fit!r}")
     text = read_text(path)
     header: dict[str, list[str]] = {}
     lines = text.splitlines()
@@ -166,6 +173,12 @@ def read_ts(path: str, series_length: int | str | None = None, fill: float | Non
     x = np.zeros((len(cases), len(cases[0]), target), np.float32)
     for i_case, case in enumerate(cases):
         for ch, v in enumerate(case):
+            if fit == "resample" and len(v) != target:
+                v = np.asarray(v, np.float64)
+                if missing:
+                    v = np.where(np.isnan(v), np.float64(fill), v)  # type: ignore[arg-type]
+                x[i_case, ch] = np.interp(np.linspace(0, len(v) - 1, target), np.arange(len(v)), v)
+                continue
             k = min(len(v), target)
             x[i_case, ch, :k] = v[:k]
     if missing:
@@ -201,7 +214,8 @@ def _target_length(path: str, lengths: np.ndarray, series_length: int | str | No
     if series_length is None:
         if len(set(lengths.tolist())) != 1:
             raise DataError(f"{path}: the cases have unequal lengths ({lengths.min()} to {lengths.max()}); "
-                            f"give a length to pad or truncate them to (--series-length N or max)")
+                            f"give a length to fit them to (--series-length N or max; --series-fit "
+                            f"resample interpolates instead of padding)")
         return int(lengths[0])
     if series_length == "max":
         return int(lengths.max())

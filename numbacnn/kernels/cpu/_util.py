@@ -57,7 +57,7 @@ def parts_rows(R):
     return max(1, 256 // R)
 
 
-@kernel()
+@kernel(export=True)
 def sum_parts(dw, db, dw_parts, db_parts, shape, strides):
     """dw = the sum of the gradient parts dw_parts[p] and db = that of db_parts[p], added in part
     order (deterministic), in one parallel region; the parts may hold the weight gradient in

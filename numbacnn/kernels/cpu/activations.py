@@ -33,7 +33,7 @@ def relu_forward_block(i, y, x):
     _relu_block(y[lo:hi], x[lo:hi])
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="blocks")
 def relu_forward(y, x):
     """y = max(x, 0) (NaN propagates). y, x: (M,) flat."""
     # disjoint element ranges
@@ -48,7 +48,7 @@ def _relu_block(ys, xs):
         ys[i] = v if not v < np.float32(0.0) else np.float32(0.0)
 
 
-@kernel()
+@kernel(export=True)
 def relu_backward(dx, dy, y):
     """dx = dy where y > 0, else 0. All (M,) flat."""
     M = y.shape[0]
@@ -75,7 +75,7 @@ def _relu_grad_block(dxs, dys, ys):
         dxs[i] = dys[i] if ys[i] > np.float32(0.0) else np.float32(0.0)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def tanh_forward(y, x):
     """y = tanh(x). (M,) flat.
 
@@ -126,7 +126,7 @@ def _tanh_block(ys, xs):
         ys[i] = r if not r < -one else -one
 
 
-@kernel()
+@kernel(export=True)
 def tanh_backward(dx, dy, y):
     """dx = dy * (1 - y**2). (M,) flat."""
     M = y.shape[0]
@@ -154,7 +154,7 @@ def _tanh_grad_block(dxs, dys, ys):
         dxs[i] = dys[i] * (one - ys[i] * ys[i])
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def add(y, a, b, relu):
     """y = a + b (a residual block's output, and the sum of its two paths' input gradients); with
     relu, max(a + b, 0) (NaN stays NaN): the ReLU after a residual block, one pass over memory
@@ -189,7 +189,7 @@ def _add_block(ys, as_, bs, relu):
             ys[i] = as_[i] + bs[i]
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def gelu_forward(y, x, tanh_form):
     """y = x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)) (torch's exact GELU); with tanh_form,
     x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3))) (torch's approximate="tanh"). (M,) flat.
@@ -198,21 +198,21 @@ def gelu_forward(y, x, tanh_form):
     instead, erf(z) = z * P(z*z) / Q(z*z) for z clamped to [-4, 4] (float32 erf is 1 beyond 3.92),
     fitted by benchmarks/fit_erf.py; in float32 GELU is within 1.3e-6 of float64 on [-12, 12].
     The tanh form uses the Tanh layer's rational tanh."""
-    M = y.shape[0]
-    if M <= _BLOCK:
-        _gelu_block(y, x, tanh_form)
-        return
-    # disjoint element ranges
+    # disjoint element ranges (one block runs in the calling thread)
     args = (y, x, tanh_form)
-    parallel_blocks((M + _BLOCK - 1) // _BLOCK, gelu_forward_part, args)
+    parallel_blocks(gelu_forward_blocks(*args), gelu_forward_block, args)
+
+
+@kernel()
+def gelu_forward_blocks(y, x, tanh_form):
+    return blocks(y.shape[0])
 
 
 @kernel(float_division=True)
-def gelu_forward_part(blk, y, x, tanh_form):
-    """Part ``blk`` of gelu_forward: one iteration of its parallel loop."""
-    M = y.shape[0]
-    lo = blk * _BLOCK
-    hi = min(M, lo + _BLOCK)
+def gelu_forward_block(i, y, x, tanh_form):
+    """Block i of gelu_forward: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
+    lo = i * _BLOCK
+    hi = min(y.shape[0], lo + _BLOCK)
     _gelu_block(y[lo:hi], x[lo:hi], tanh_form)
 
 
@@ -320,27 +320,25 @@ def _gelu_grad_block(dxs, dys, xs, tanh_form):
             dxs[i] = dys[i] * (half * (one + e) + half * v * de * r)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def scale(y, x, a):
     """y = a * x (a constant output scale, and its backward dx = a * dy). (M,) flat."""
-    M = y.shape[0]
-    a32 = np.float32(a)
-    if M <= _BLOCK:
-        for i in range(M):
-            y[i] = a32 * x[i]
-        return
-    # disjoint element ranges
+    # disjoint element ranges (one block runs in the calling thread)
     args = (y, x, a)
-    parallel_blocks((M + _BLOCK - 1) // _BLOCK, scale_part, args)
+    parallel_blocks(scale_blocks(*args), scale_block, args)
+
+
+@kernel()
+def scale_blocks(y, x, a):
+    return blocks(y.shape[0])
 
 
 @kernel(float_division=True)
-def scale_part(blk, y, x, a):
-    """Part ``blk`` of scale: one iteration of its parallel loop."""
-    M = y.shape[0]
+def scale_block(i, y, x, a):
+    """Block i of scale: elements [i * _BLOCK, (i + 1) * _BLOCK)."""
     a32 = np.float32(a)
-    lo = blk * _BLOCK
-    hi = min(M, lo + _BLOCK)
+    lo = i * _BLOCK
+    hi = min(y.shape[0], lo + _BLOCK)
     ys, xs = y[lo:hi], x[lo:hi]
     for i in range(hi - lo):
         ys[i] = a32 * xs[i]

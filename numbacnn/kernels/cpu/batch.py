@@ -7,7 +7,7 @@ from ..._config import kernel
 from ..._parallel import parallel_blocks
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def gather_batch(out, labels, x, y, idx):
     """out[i] = x[idx[i]] and labels[i] = y[idx[i]] for every row i: a mini-batch.
     out: (B, F); labels: (B,); x: (N, F); y: (N,); idx: (B,) integers in [0, N)."""
@@ -27,7 +27,7 @@ def gather_batch_part(i, out, labels, x, y, idx):
     labels[i] = y[idx[i]]
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def gather_augment(out, labels, x, y, idx, shifts, flips, reflect):
     """out[i] = x[idx[i]] translated by shifts[i] = (dy, dx) pixels (out[i, c, r, q] =
     x[idx[i], c, r - dy, q - dx]; where that falls outside, zero, or with reflect the mirror image
@@ -70,18 +70,23 @@ def gather_augment_part(i, out, labels, x, y, idx, shifts, flips, reflect):
     labels[i] = y[idx[i]]
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="blocks")
 def copy_strided(dst, src):
-    """dst[...] = src for 4-D arrays of one shape; src may be any strided view (a transpose)."""
-    A, B, C, D = dst.shape
-    # each iteration writes its own slab (a, b)
+    """dst[...] = src for 4-D arrays of one shape; either may be any strided view (a transpose, a
+    slice of a concatenation's channels)."""
+    # each block writes its own slab (a, b)
     args = (dst, src)
-    parallel_blocks(A * B, copy_strided_part, args)
+    parallel_blocks(copy_strided_blocks(*args), copy_strided_block, args)
+
+
+@kernel()
+def copy_strided_blocks(dst, src):
+    return dst.shape[0] * dst.shape[1]
 
 
 @kernel(fastmath=False, float_division=True)
-def copy_strided_part(ab, dst, src):
-    """Part ``ab`` of copy_strided: one iteration of its parallel loop."""
+def copy_strided_block(ab, dst, src):
+    """Block ``ab`` of copy_strided: the slab (ab // B, ab % B)."""
     A, B, C, D = dst.shape
     a = ab // B
     b = ab % B
@@ -92,7 +97,7 @@ def copy_strided_part(ab, dst, src):
             d[k] = s[k]
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def step_stats(out, losses, logits, y):
     """out[0] = the mean of losses (summed in order), out[1] = the number of rows whose first
     largest logit is at the label: a step's summary in one call. out: (2,) float64; losses: (B,)

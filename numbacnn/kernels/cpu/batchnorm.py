@@ -10,7 +10,7 @@ from ..._parallel import parallel_blocks
 from ._util import unchanged_many
 
 
-@kernel()
+@kernel(export=True)
 def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
                             eps, momentum, relu):
     """Normalise with the batch statistics; update the running ones as ``torch.nn.BatchNorm2d``.
@@ -60,7 +60,7 @@ def batchnorm_forward_train_part(c, y, mean, invstd, running_mean, running_var, 
     _affine(y, x, c, a, b, relu)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
     """Normalise with the running statistics (evaluation mode). mean, invstd: (C,) float32, the
     statistics used, kept for an inference-mode backward. Shapes as in the training forward."""
@@ -100,7 +100,7 @@ def _affine(y, x, c, a, b, relu):
                 ys[i] = a * xs[i] + b
 
 
-@kernel()
+@kernel(export=True)
 def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
     """Gradients of a batch normalisation (with ``relu``: of the ReLU after it too, masked where
     y <= 0). ``batch_stats``: the forward used the batch statistics (training), whose gradient
@@ -168,7 +168,7 @@ def _input_grad(dx, dy, x, y, c, a, b1, b2, mu, relu):
 FOLD_SERIAL = 1 << 17
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """A convolution followed by BatchNorm in evaluation mode, as one convolution: with
     a = weight / sqrt(running_var + eps) (as batchnorm_forward_eval computes it),

@@ -92,7 +92,7 @@ def col2im(dx, cf, c0, ld, KH, KW, SH, SW, PH, PW):
                         xf[dst + i * numba.uint64(SW)] += cf[src + i]
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_gemm(out, cols, ytmp, x, w, b, SH, SW, PH, PW, relu):
     """out = conv(x, w) + b (then max(., 0) when relu: a fused ReLU), the batch in the P =
     cols.shape[0] parts of part_bounds: a part's examples' im2col columns side by side in cols[p]
@@ -140,7 +140,7 @@ def conv2d_forward_gemm_block(p, out, cols, ytmp, x, w, b, SH, SW, PH, PW, relu)
                 of[d + j] = v if not (relu and v < zero) else zero
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_gemm(dx, dw_parts, db_parts, dcols, g_tmp, dout, cols, w, y, SH, SW, PH, PW,
                     need_dx, need_dw, relu):
     """Gradients of conv2d_forward_gemm, part by part of its P = dw_parts.shape[0] parts (the

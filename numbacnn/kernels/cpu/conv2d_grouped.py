@@ -25,7 +25,7 @@ def _span(OW, W, SW, off):
     return max(0, _ceil_div(-off, SW)), min(OW, _ceil_div(W - off, SW))
 
 
-@kernel()
+@kernel(export=True)
 def depthwise_pitch(W, OW, KW, SW, DW, PL):
     """The row pitch of a depthwise plane's padded copy: its padded width, at least every column a
     window reads."""
@@ -198,7 +198,7 @@ def conv2d_forward_grouped_block(i, y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL
                 out[oh, ow] = v if not v < np.float32(0.0) else np.float32(0.0)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="blocks")
 def conv2d_forward_grouped(y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     """y = conv(x, w) + b, optionally ReLU'd.
 
@@ -453,7 +453,7 @@ def _depthwise_backward_block(i, dx, dw_parts, db_parts, lanes, xpad, dpad, gw, 
         db_parts[p, ci * cog + k] = acc[k * (R + 1) + R]
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def conv2d_backward_grouped(dx, dw_parts, db_parts, g, lanes, xpad, dpad, gw, ones, dy, x, w, y, SH, SW, DH,
                             DW, PT, PL, groups, need_dx, need_dw, relu):
     """The gradients of conv2d_forward_grouped from dy (N, Co, OH, OW): dx (N, Ci, H, W) when

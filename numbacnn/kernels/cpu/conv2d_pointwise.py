@@ -31,7 +31,7 @@ def conv2d_forward_pointwise_block(n, y, x, w, b, relu):
             row[j] = v if not (relu and v < np.float32(0.0)) else np.float32(0.0)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_pointwise(y, x, w, b, relu):
     """y = w @ x + b per example, optionally ReLU'd. y: (N, Co, HW); x: (N, Ci, HW); w: (Co, Ci);
     b: (Co,)."""
@@ -83,7 +83,7 @@ def _pointwise_dw_block(p, dw_parts, db_parts, g, x, ones, need_dw):
               db_parts.reshape(-1), p * Co, 1)
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_pointwise(dx, dw_parts, db_parts, g, ones, dy, x, w, y, need_dx, need_dw, relu):
     """The gradients of conv2d_forward_pointwise: dx (N, Ci, HW) when need_dx (else (1, 1, 1)),
     dw_parts (P, Co * Ci) and db_parts (P, Co) per part of the batch (summed after it: sum_parts).

@@ -41,7 +41,7 @@ from .blas import sgemm
 from .microkernel import direct_positions, gemm_nn_add
 
 
-@kernel()
+@kernel(export=True, team="serial")
 def position_filters(wt, w, seen, version):
     """wt (KH, KW, Ci, Co) = w (Co, Ci, KH, KW) transposed: the forward's GEMM operand, unless
     ``seen`` (_util.unchanged) records that wt was made from these very weights, or, with a
@@ -342,7 +342,7 @@ def _epilogue_rows(of, R, r0, ytf, b, Co, OW, rows, relu):
                 transpose16(of, d, d + R * OW, 2 * R * OW, ytf, p0 * Co + c0, Co)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_positions(out, argmax, yw, cols, xt, x, wt, b, SH, SW, PH, PW, KH, KW, relu,
                              PKH, PKW, S, argmax_too, xo):
     """out = conv(x, w) + b, stride (SH, SW), zero padding (PH, PW); max(., 0) when relu (fused
@@ -408,7 +408,7 @@ def conv2d_forward_positions_block(i, out, argmax, yw, cols, xt, x, wt, b, SH, S
                                 yf, argmax_too)
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_positions(dx, dw_parts, db_parts, gw, cols, dcols, xt, gmask, gidx, dout, x,
                               wk, y, argmax, SH, SW, PH, PW, KH, KW, group, need_dx, need_dw, relu,
                               PKH, PKW, KB, MB, wr, gp, dxw, xo):

@@ -151,7 +151,7 @@ def _epilogue_pool(o, a, yf, b, Wp, L, relu, PKH, PKW, argmax_too):
             pool_scan(o[co], a[co], row, 0, 1, Wp, zero, relu, PKH, PKW)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_wide(out, argmax, yw, cols, xpad, x, w, b, PH, PW, relu, PKH, PKW, direct, S,
                         argmax_too):
     """out = conv(x, w) + b, stride 1, zero padding (PH, PW); max(., 0) when relu (fused ReLU).
@@ -213,7 +213,7 @@ def conv2d_forward_wide_block(i, out, argmax, yw, cols, xpad, x, w, b, PH, PW, r
             _epilogue(out[n][c0:c1], yf, b[c0:c1], Wp, L, relu)
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_wide(dx, dw_parts, db_parts, gw, cols, dcols, pad, gmask, gidx, dout, x, w,
                          y, argmax, PH, PW, group, need_dx, need_dw, relu, PKH, PKW, direct):
     """Gradients of conv2d_forward_wide. The batch is split into P = dw_parts.shape[0] parts

@@ -47,7 +47,7 @@ def _half3(d, a, b, c, sign):
             d[j] = h * (a[j] - b[j] + c[j])
 
 
-@kernel()
+@kernel(export=True, team="serial")
 def winograd_filters(U, w, rotate, work, seen, version):
     """The filters' transforms: U[k] = G g G^T for every 3x3 filter g of w (Co, Ci, 3, 3), unless
     ``seen`` (int32, w.size + 1; or empty: always) records that U was made from these very weights
@@ -284,7 +284,7 @@ def _gradient_tiles(zf, gp, sc, Wg, Co, T0, TR, TW, OY, OX, F, KS):
             _neg(zf[(k + 3) * s + o:(k + 3) * s + o + n], x1)
 
 
-@kernel()
+@kernel(export=True)
 def winograd_filter_gradient(dw, du):
     """dw (Co, Ci, 3, 3) = G^T du[co, :, ci] G: the filter gradients from their transforms du
     (Co, 16, Ci), the sum of conv2d_backward_winograd's parts."""
@@ -350,7 +350,7 @@ def _winograd_rows(yf, vf, mf, sc, pf, Wt, U, T0, TR, TW, R0):
     _output_tiles(yf, mf, sc, Co, TR, TW)
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_winograd(out, argmax, yw, vw, mw, sw, pw, x, U, b, PH, PW, relu, PKH, PKW, S,
                             argmax_too, layout):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
@@ -435,7 +435,7 @@ def conv2d_forward_winograd_block(i, out, argmax, yw, vw, mw, sw, pw, x, U, b, P
                         of[((r0 + r) * RW + c) * Co + co] = rows[0, co, r, c]
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_winograd(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, zb,
                              gmask, gidx, dout, x, U2, y, argmax, PH, PW, TR, CAP, need_dx, need_dw,
                              relu, PKH, PKW):

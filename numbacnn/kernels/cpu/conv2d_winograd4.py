@@ -136,7 +136,7 @@ def panel(B):
     return 64 if B % 64 == 0 else (32 if B % 32 == 0 else (16 if B % 16 == 0 else B))
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="serial")
 def winograd4_filters(U, w, rotate, work, seen, version):
     """The filters' transforms U[k] = G g G^T (k = 6 i + j for row i, column j) of every 3x3 filter
     g of w (Co, Ci, 3, 3): U[k] (Ci, Co) from g = w[co, ci] (rotate False, the forward); U[k] (Co,
@@ -191,7 +191,7 @@ def _gemms4(mf, KM, vf, KV, Uf, TB, Ci, Co):
             gemm_nn(mf, k * KM + p * P, Co, vf, k * KV, Ci, Uf, (k * (Co // P) + p) * Ci * P, P, TB, P, Ci)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def winograd4_filter_gradient(dw, du, work):
     """dw (Co, Ci, 3, 3) = G^T du[:, ci, co] G: the filter gradients from their transforms du
     (36, Ci, Co), the sum of conv2d_backward_winograd4's parts. work: 27 * Co floats."""
@@ -314,7 +314,7 @@ def winograd4_tiles(OH, OW, PKH, PKW):
     return (OH + 3) // 4, (OW + 3) // 4
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def conv2d_forward_winograd4(out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G,
                              argmax_too, layout):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
@@ -395,7 +395,7 @@ def conv2d_forward_winograd4_block(i, out, argmax, yw, vw, mw, sw, pw, ew, x, U,
                    ew[t], argmax_too, layout & 2 != 0)
 
 
-@kernel()
+@kernel(export=True)
 def conv2d_backward_winograd4(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, ew, zb, gmask,
                               gidx, dout, x, U2, y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW):
     """Gradients of conv2d_forward_winograd4, as conv2d_backward_winograd's (its dx, du_parts

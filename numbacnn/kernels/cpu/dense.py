@@ -74,7 +74,7 @@ def backward_grid(N, F_in, F_out, need_dx, need_dw):
     return ib, ob, rb
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def dense_forward(out, x, w, b):
     """out: (N, F_out) = x (N, F_in) @ w.T (F_in, F_out) + b (F_out,).
     Tiles (forward_grid): blocks of rows x up to 16 blocks of output features."""
@@ -117,7 +117,7 @@ def _forward_tile(out, xf, wf, of, b, t, n_f, rb, fb):
             row[j] += bs[j]
 
 
-@kernel()
+@kernel(export=True)
 def dense_backward(dx, dw, db, dout, x, w, need_dx, need_dw):
     """dw = dout.T @ x when need_dw (else zeros), db = dout summed over the batch, dx = dout @ w
     when need_dx.

@@ -39,7 +39,7 @@ def philox4x32(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-@kernel()
+@kernel(export=True)
 def dropout_forward(y, mask, x, state, threshold, scale):
     """y = x * mask with mask = scale where value i is kept, else 0 (see the module docstring);
     all (M,) flat float32. ``state``: (4,) uint64 (seed, draw, offset, 0), read only (the draw
@@ -101,13 +101,13 @@ def dropout_forward_part(blk, y, mask, x, state, threshold, scale):
                 y[i] = x[i] * m
 
 
-@kernel()
+@kernel(export=True)
 def dropout_advance(state):
     """The next draw: state[1] += 1 (after a training forward's ``dropout_forward``)."""
     state[1] += np.uint64(1)
 
 
-@kernel()
+@kernel(export=True)
 def dropout_backward(dx, dy, mask):
     """dx = dy * mask. (M,) flat."""
     M = dy.shape[0]

@@ -41,7 +41,7 @@ def gate_forward_block(i, y, x, op):
             ys[j] = t if op == 3 else v * t
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="blocks")
 def gate_forward(y, x, op):
     """y = f(x) for the function ``op`` (the module's codes). y, x: (M,) flat."""
     # disjoint element ranges

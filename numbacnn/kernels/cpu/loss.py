@@ -18,7 +18,7 @@ def row_max_and_exp_sum(row):
     return m, s
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
     """losses[n] = -sum_k t[n, k] log softmax(logits[n])[k] with the target t = (1 - smoothing) *
     onehot(y[n]) + smoothing / K (``torch.nn.functional.cross_entropy(label_smoothing=)``);
@@ -56,7 +56,7 @@ def softmax_cross_entropy_part(n, dlogits, losses, logits, y, smoothing):
         d[k] = np.float32(p * inv_n)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def softmax(out, logits):
     """Row-wise softmax. out, logits: (N, K)."""
     N, K = logits.shape
@@ -75,7 +75,7 @@ def softmax_part(n, out, logits):
         out[n, k] = np.float32(np.exp(np.float64(row[k] - m)) / s)
 
 
-@kernel(fastmath=False, float_division=True)
+@kernel(fastmath=False, float_division=True, export=True)
 def regression_loss(dout, losses, out, target, delta):
     """Regression losses, as torch's with reduction "mean" over every output of the batch:
     losses[n] = (1 / K) sum_k l(out[n, k] - target[n, k]) with l(r) = r^2 (``delta`` 0: MSE) or
@@ -101,7 +101,7 @@ def regression_loss(dout, losses, out, target, delta):
         losses[n] = s / K
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def loss_stats(stats, losses):
     """stats[0] = the mean of losses (summed in order), stats[1] = 0: a regression step's summary."""
     total = 0.0

@@ -5,7 +5,7 @@ from ..._config import kernel
 from ..._parallel import parallel_blocks
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def normalize_forward(y, x, mean, std):
     """y[n, c, s] = (x[n, c, s] - mean[c]) / std[c]. y, x: (N, C, S); mean, std: (C,)."""
     # one plane per iteration
@@ -30,7 +30,7 @@ def normalize_forward_block(nc, y, x, mean, std):
         ys[i] = (xs[i] - m) / k
 
 
-@kernel()
+@kernel(export=True)
 def normalize_backward(dx, dy, std):
     """dx[n, c, s] = dy[n, c, s] / std[c]. dx, dy: (N, C, S); std: (C,)."""
     N, C, S = dy.shape

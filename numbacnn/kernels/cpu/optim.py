@@ -12,7 +12,7 @@ from ..._parallel import parallel_blocks
 _BLOCK = 8192
 
 
-@kernel()
+@kernel(export=True)
 def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     """SGD with optional momentum/Nesterov and L2 weight decay added to the gradient (torch.optim.SGD).
 
@@ -46,7 +46,7 @@ def sgd_update_part(blk, p, g, buf, lr, momentum, dampening, weight_decay, neste
             ps[i] -= lr32 * (d + mom * b if nesterov else b)
 
 
-@kernel()
+@kernel(export=True)
 def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered):
     """RMSProp as torch.optim.RMSprop: eps outside the square root, optional momentum and centering.
 
@@ -90,7 +90,7 @@ def rmsprop_update_part(blk, p, g, square_avg, grad_avg, buf, lr, alpha, eps, we
             ps[i] -= lr32 * d / avg
 
 
-@kernel()
+@kernel(export=True)
 def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
     """Adam with bias correction (torch.optim.Adam); weight decay added to the gradient (L2), or
     with ``decoupled`` the weights shrunk by lr * weight_decay first (torch.optim.AdamW). All

@@ -27,7 +27,7 @@ def pad2d_forward_block(i, y, x, PT, PL):
             row[j] = src[j]
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def pad2d_forward(y, x, PT, PL):
     """y (N, C, H + PT + PB, W + PL + PR) = x (N, C, H, W) with PT zero rows above, PL zero
     columns to the left and zeros below and to the right."""
@@ -48,7 +48,7 @@ def pad2d_backward_block(i, dx, dy, PT, PL):
             row[j] = src[j]
 
 
-@kernel()
+@kernel(export=True)
 def pad2d_backward(dx, dy, PT, PL):
     """dx (N, C, H, W) = dy (N, C, H + PT + PB, W + PL + PR) without its padding."""
     # disjoint planes (n, c)

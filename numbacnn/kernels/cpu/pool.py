@@ -35,7 +35,7 @@ def _maxpool_plane(o, a, xp, KH, KW, SH, SW, PH, PW):
             a[oy, ox] = best_i
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True, team="blocks")
 def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     """out[n, c, oy, ox] = max of the window; argmax holds its flat index iy*W + ix in the plane.
 
@@ -156,7 +156,7 @@ def _maxpool_nopad(o, a, xp, KH, KW, SH, SW):
         _maxpool_plane(o, a, xp, KH, KW, SH, SW, 0, 0)
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     """dx[n, c].flat[argmax[n, c, o]] += dout[n, c, o]: each example's gradient to its own maximum.
 
@@ -242,7 +242,7 @@ def _avgpool_plane_nopad_backward(d, g, KH, KW, SH, SW, scale):
                     row[x0 + kx] += v
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
     """Window mean with zero padding counted (PyTorch's count_include_pad=True).
 
@@ -286,7 +286,7 @@ def avgpool2d_forward_block(p, out, x, KH, KW, SH, SW, PH, PW):
             out[n, c, oy, ox] = s * scale
 
 
-@kernel()
+@kernel(export=True)
 def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     """Adjoint of avgpool2d_forward. dx: (N, C, H, W), overwritten; dout: (N, C, OH, OW)."""
     N, C, H, W = dx.shape
@@ -325,7 +325,7 @@ def avgpool2d_backward_part(p, dx, dout, KH, KW, SH, SW, PH, PW):
                     d[iy, ix] += g
 
 
-@kernel()
+@kernel(export=True, team="blocks")
 def global_avgpool2d_forward(y, x):
     """y[n, c] = the mean of the plane x[n, c]. y: (N, C); x: (N, C, S) with S = H*W."""
     # one plane per iteration
@@ -352,7 +352,7 @@ def global_avgpool2d_forward_block(nc, y, x):
     y[n, c] = s * inv
 
 
-@kernel()
+@kernel(export=True)
 def global_avgpool2d_backward(dx, dy):
     """dx[n, c, :] = dy[n, c] / S. dx: (N, C, S); dy: (N, C)."""
     N, C, S = dx.shape

@@ -3,6 +3,7 @@ import math
 
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid
 
 
@@ -43,6 +44,7 @@ def _add(y, a, b, relu):
         y[i] = v if not (relu and v < 0.0) else 0.0
 
 
+@declare
 def add(y, a, b, relu):
     """y = a + b; max(a + b, 0) with relu (as the CPU kernel)."""
     _add[grid(y.size)](y, a, b, relu)
@@ -60,23 +62,28 @@ def _copy4(dst, src):
         dst[a, b, c, d] = src[a, b, c, d]
 
 
+@declare
 def copy_strided(dst, src):
     """dst[...] = src for 4-D arrays of one shape, either a strided view (as the CPU kernel)."""
     _copy4[grid(dst.size)](dst, src)
 
 
+@declare
 def relu_forward(y, x):
     _relu_forward[grid(y.size)](y, x)
 
 
+@declare
 def relu_backward(dx, dy, y):
     _relu_backward[grid(dx.size)](dx, dy, y)
 
 
+@declare
 def tanh_forward(y, x):
     _tanh_forward[grid(y.size)](y, x)
 
 
+@declare
 def tanh_backward(dx, dy, y):
     _tanh_backward[grid(dx.size)](dx, dy, y)
 

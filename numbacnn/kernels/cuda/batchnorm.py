@@ -4,6 +4,7 @@ import math
 
 from numba import cuda, float32, float64, int64, uint32
 
+from ..._config import declare
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
 from ._launch import grid, on
@@ -100,16 +101,19 @@ def _backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_st
         dx[n, c, i] = a * (g - b1 - (x[n, c, i] - mu) * b2)
 
 
+@declare
 def batchnorm_forward_train(y, mean, invstd, running_mean, running_var, num_batches, x, weight, bias,
                             eps, momentum, relu):
     _forward_train[on(x.shape[1], _T)](y, mean, invstd, running_mean, running_var, num_batches, x, weight,
                                    bias, eps, momentum, relu)
 
 
+@declare
 def batchnorm_forward_eval(y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu):
     _forward_eval[on(x.shape[1], _T)](y, mean, invstd, x, running_mean, running_var, weight, bias, eps, relu)
 
 
+@declare
 def batchnorm_backward(dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats, need_dx):
     _backward[on(x.shape[1], _T)](dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu, batch_stats,
                               need_dx)
@@ -129,6 +133,7 @@ def _fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps):
         bf[c] = a * b[c] + float32(bias[c] - running_mean[c] * weight[c] * inv)
 
 
+@declare
 def batchnorm_fold(wf, bf, w, b, weight, bias, running_mean, running_var, eps, seen, version):
     """The CPU kernel's fold of a convolution and an evaluation-mode BatchNorm: one thread per weight.
     It keeps no record (seen, version: empty, unused) and folds on every call."""

@@ -6,6 +6,7 @@ over the batch inside one thread per weight element (a fixed order: deterministi
 """
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid, unravel4, zero_fill
 
 
@@ -105,11 +106,13 @@ def bias_gradient(db, g):
     db[co] = s
 
 
+@declare
 def conv2d_forward_gather(out, x, w, b, SH, SW, PH, PW, relu):
     """As the CPU conv2d_forward_gemm (no im2col cache: the backward reads x itself)."""
     _forward[grid(out.size)](out, x, w, b, SH, SW, PH, PW, relu)
 
 
+@declare
 def conv2d_backward_gather(dx, dw, db, g, dout, x, w, y, SH, SW, PH, PW, need_dx, need_dw, relu):
     """dx (when need_dx), dw (zeros unless need_dw), db from dout; g (same shape as dout) is a
     workspace for the ReLU-masked gradient."""

@@ -3,6 +3,7 @@ output element, gradients by gather (no atomics: deterministic), as kernels/cpu/
 the same arguments and meanings, the weight gradient written whole (no parts)."""
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid, unravel4, zero_fill
 from .conv2d_gather import bias_gradient
 
@@ -89,11 +90,13 @@ def _dw(dw, g, x, SH, SW, DH, DW, PT, PL, groups):
     dw[co, c, ky, kx] = s
 
 
+@declare
 def conv2d_forward_grouped(y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu):
     """As the CPU kernel of the same name."""
     _forward[grid(y.size)](y, x, w, b, SH, SW, DH, DW, PT, PL, groups, relu)
 
 
+@declare
 def conv2d_backward_grouped(dx, dw, db, g, dy, x, w, y, SH, SW, DH, DW, PT, PL, groups, need_dx, need_dw,
                             relu):
     """dx (when need_dx), dw (zeros unless need_dw) and db from dy; g (dy's shape) holds dy masked

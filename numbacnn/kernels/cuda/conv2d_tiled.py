@@ -16,6 +16,7 @@ import math
 
 from numba import config, cuda, float32, int32
 
+from ..._config import declare
 from ._launch import grid, on, zero_fill
 from .conv2d_gather import bias_gradient
 
@@ -337,11 +338,13 @@ def dw_chunks(x_shape, w_shape, out_shape):
     return math.ceil(R / L), L
 
 
+@declare
 def dw_workspace_size(x_shape, w_shape, out_shape):
     S, _ = dw_chunks(x_shape, w_shape, out_shape)
     return S * w_shape[0] * (w_shape[1] * w_shape[2] * w_shape[3] + 1)
 
 
+@declare
 def conv2d_forward_tiled(out, x, w, b, SH, SW, PH, PW, relu):
     """As the CPU conv2d_forward_gemm (no im2col cache: the backward reads x itself)."""
     N, Co, OH, OW = out.shape
@@ -349,6 +352,7 @@ def conv2d_forward_tiled(out, x, w, b, SH, SW, PH, PW, relu):
     KERNELS[shape][0][on(_grid(Co, N * OH * OW, shape), (TD, TD))](out, x, w, b, SH, SW, PH, PW, relu)
 
 
+@declare
 def conv2d_backward_tiled(dx, dw, db, g, parts, dout, x, w, y, SH, SW, PH, PW, need_dx, need_dw, relu):
     """dx (when need_dx), dw (zeros unless need_dw), db from dout. g (dout's shape): a workspace for
     the ReLU-masked gradient (unused without a fused ReLU); parts: dw_workspace_size floats for the

@@ -6,6 +6,7 @@ import math
 
 from numba import cuda, float32
 
+from ..._config import declare
 from ._launch import on, zero_fill
 
 BM = 32   # tile rows
@@ -93,11 +94,13 @@ def _grid(c):
     return on((math.ceil(c.shape[1] / BN), math.ceil(c.shape[0] / BM)), (TD, TD))
 
 
+@declare
 def dense_forward(out, x, w, b):
     """out = x w.T + b."""
     _gemm[_grid(out)](out, x, w, b, 0, 1, 1)
 
 
+@declare
 def dense_backward(dx, dw, db, dout, x, w, need_dx, need_dw):
     """dx = dout w (when need_dx), dw = dout.T x (zeros unless need_dw), db = the batch sum of dout."""
     if need_dx:

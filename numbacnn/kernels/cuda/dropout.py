@@ -3,6 +3,7 @@ seed), one thread per group of four values, so both devices draw the same masks.
 import numpy as np
 from numba import cuda
 
+from ..._config import declare
 from ..cpu.dropout import philox4x32
 from ._launch import grid, on
 
@@ -52,6 +53,7 @@ def _mul(out, a, mask):
         out[i] = a[i] * mask[i]
 
 
+@declare
 def dropout_forward(y, mask, x, state, threshold, scale):
     """As the CPU kernel: a thread per group of four values (M // 4 + 2 threads cover any offset;
     each thread finds its group from the offset on the device)."""
@@ -62,9 +64,11 @@ def dropout_forward(y, mask, x, state, threshold, scale):
         _dropout_draw[grid(y.size // 4 + 2)](y, mask, x, state, threshold, scale)
 
 
+@declare
 def dropout_advance(state):
     _advance[on(1, 1)](state)
 
 
+@declare
 def dropout_backward(dx, dy, mask):
     _mul[grid(dx.size)](dx, dy, mask)

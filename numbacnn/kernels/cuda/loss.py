@@ -3,6 +3,7 @@ import math
 
 from numba import cuda, float64
 
+from ..._config import declare
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
 from ._launch import grid, on
@@ -41,6 +42,7 @@ def _sce(dlogits, losses, logits, y, smoothing):
         dlogits[n, k] = p / N
 
 
+@declare
 def softmax_cross_entropy(dlogits, losses, logits, y, smoothing):
     """As the CPU kernel: per-example (label-smoothed) losses and the gradient of the batch mean."""
     _sce[grid(logits.shape[0])](dlogits, losses, logits, y, smoothing)
@@ -68,6 +70,7 @@ def _stats(out, losses, logits, y):
         out[1] = correct
 
 
+@declare
 def step_stats(out, losses, logits, y):
     """As the CPU kernel: out[0] the mean loss, out[1] the correct count (first largest logit at the
     label); one block, each thread a strided share of the examples, added in a fixed tree order."""
@@ -85,6 +88,7 @@ def _softmax(out, logits):
         out[n, k] = math.exp(logits[n, k] - m) / s
 
 
+@declare
 def softmax(out, logits):
     """As the CPU kernel: row-wise softmax, one thread per example."""
     _softmax[grid(logits.shape[0])](out, logits)
@@ -112,6 +116,7 @@ def _regression(dout, losses, out, target, delta):
     losses[n] = s / K
 
 
+@declare
 def regression_loss(dout, losses, out, target, delta):
     """As the CPU kernel: per-example MSE (delta 0) or Huber losses and the gradient of their mean."""
     _regression[grid(out.shape[0])](dout, losses, out, target, delta)
@@ -127,6 +132,7 @@ def _loss_stats(stats, losses):
         stats[1] = 0.0
 
 
+@declare
 def loss_stats(stats, losses):
     """As the CPU kernel: the mean loss in order, 0 correct."""
     _loss_stats[on(1, 1)](stats, losses)

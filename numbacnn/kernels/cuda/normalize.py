@@ -1,6 +1,7 @@
 """Per-channel input normalisation on the GPU (the CPU file's operations): one thread per element."""
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid
 
 
@@ -24,10 +25,12 @@ def _normalize_backward(dx, dy, std):
     dx[n, c, i] = dy[n, c, i] / std[c]
 
 
+@declare
 def normalize_forward(y, x, mean, std):
     """y (N, C, S) = (x - mean[c]) / std[c]."""
     _normalize_forward[grid(y.size)](y, x, mean, std)
 
 
+@declare
 def normalize_backward(dx, dy, std):
     _normalize_backward[grid(dx.size)](dx, dy, std)

@@ -3,6 +3,7 @@ import math
 
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid
 
 
@@ -55,15 +56,18 @@ def _adam(p, g, m, v, step_size, beta1, beta2, eps, weight_decay, inv_bc2_sqrt, 
     p[i] -= step_size * mi / (math.sqrt(vi) * inv_bc2_sqrt + eps)
 
 
+@declare
 def sgd_update(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step):
     _sgd[grid(p.size)](p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
 
 
+@declare
 def rmsprop_update(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum, centered):
     _rmsprop[grid(p.size)](p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
                            centered)
 
 
+@declare
 def adam_update(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled):
     bc1 = 1.0 - beta1 ** step
     bc2_sqrt = math.sqrt(1.0 - beta2 ** step)

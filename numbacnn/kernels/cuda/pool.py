@@ -10,6 +10,7 @@ import math
 
 from numba import cuda, float32, int64, uint32
 
+from ..._config import declare
 from ._launch import THREADS, grid, on, readers, window
 
 
@@ -104,19 +105,23 @@ def _avg_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     dx[q, iy, ix] = s / float32(KH * KW)
 
 
+@declare
 def maxpool2d_forward(out, argmax, x, KH, KW, SH, SW, PH, PW):
     _max_forward[_plane_grid(out)](_planes(out), _planes(argmax), _planes(x), KH, KW, SH, SW, PH, PW)
 
 
+@declare
 def maxpool2d_backward(dx, dout, argmax, KH, KW, SH, SW, PH, PW):
     """As the CPU kernel; the window geometry is passed because the gather needs it."""
     _max_backward[_plane_grid(dx)](_planes(dx), _planes(dout), _planes(argmax), KH, KW, SH, SW, PH, PW)
 
 
+@declare
 def avgpool2d_forward(out, x, KH, KW, SH, SW, PH, PW):
     _avg_forward[_plane_grid(out)](_planes(out), _planes(x), KH, KW, SH, SW, PH, PW)
 
 
+@declare
 def avgpool2d_backward(dx, dout, KH, KW, SH, SW, PH, PW):
     _avg_backward[_plane_grid(dx)](_planes(dx), _planes(dout), KH, KW, SH, SW, PH, PW)
 
@@ -143,11 +148,13 @@ def _gap_backward(dx, dy):
         dx[q, i] = dy[q] / dx.shape[1]
 
 
+@declare
 def global_avgpool2d_forward(y, x):
     """y (N, C) = the mean of each plane of x (N, C, S)."""
     _gap_forward[grid(y.size)](y, x)
 
 
+@declare
 def global_avgpool2d_backward(dx, dy):
     N, C, S = dx.shape
     _gap_backward[on((N * C, math.ceil(S / THREADS)), THREADS)](dx.reshape(N * C, S), dy.reshape(N * C))
