@@ -23,22 +23,30 @@ clf = nc.CNNClassifier(architecture="conv(4,3,padding=same),relu,maxpool(2),dens
 score = clf.score(X[1000:], y[1000:])
 assert score > 0.5, score
 # the Winograd plan (transforms, small GEMMs, its backward) against the position-major plan
+from numbacnn import tuning  # noqa: E402
 from numbacnn.backend.cpu_conv import PositionsPlan  # noqa: E402
 
 rng = np.random.default_rng(0)
 x = rng.standard_normal((3, 32, 7, 8)).astype(np.float32)
 out = {}
+table = {k: v for k, v in vars(tuning).items() if k.isupper()}
 for plan in ("winograd", "winograd4", "positions"):  # F(2x2, 3x3), F(4x4, 3x3)
     conv = nc.Conv2D(32, 32, 3, padding=1).initialize(0)
     assert conv.strategy == "winograd"
     if plan == "positions":
         conv._plan = PositionsPlan(conv.geometry)
-    else:
-        conv.plan.always = True
-        conv.plan.f4 = plan == "winograd4"
+    # the chooser asked, through the tuning table, for Winograd on this small batch's odd side, and
+    # for F(4x4, 3x3) wherever it can run or never
+    for name, value in {**table, "WINOGRAD_MIN_AREA": 0, "WINOGRAD_MIN_TILES": 0, "WINOGRAD_ODD_MIN_USED": 0,
+                        "WINOGRAD_ODD_MIN_TILES": 0, "WINOGRAD4_MIN_EXAMPLES": 0, "WINOGRAD4_MIN_TILES": 0,
+                        "WINOGRAD4_MIN_CHANNELS": 0 if plan == "winograd4" else 2**62}.items():
+        setattr(tuning, name, value)
     y = conv.forward(x, training=True)
-    assert plan == "positions" or conv.plan.ran_f4 == (plan == "winograd4")
+    assert plan == "positions" or conv.plan.variant(x.shape) == plan
+    assert plan == "positions" or ("wino4_u" in conv._buffers) == (plan == "winograd4")  # what ran
     out[plan] = (y.copy(), conv.backward(np.ones_like(y)).copy(), conv.dweight.copy())
+for name, value in table.items():
+    setattr(tuning, name, value)
 for plan in ("winograd", "winograd4"):
     for a, b in zip(out[plan], out["positions"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-4)
