@@ -271,8 +271,6 @@ def get_num_threads() -> int:
     return numba.get_num_threads()
 
 
-
-
 def _start_threads() -> None:
     """Start numba's thread pool now, with tuning.SPIN_COUNT as libgomp's spin unless the user chose a
     wait policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set); libgomp reads it once, when it loads.

@@ -110,6 +110,21 @@ def check_npz(path: str) -> None:
         raise UntrustedSize(f"{path}: not a readable .npz archive ({e})") from None
 
 
+def arrays_digest(arrays: dict[str, Any], h: Any = None) -> str:
+    """SHA-256 (continuing ``h`` when given) of named arrays: each one's name, dtype, shape and bytes,
+    in the order of their names (checkpoints' checksum, the image-folder cache's digest)."""
+    import hashlib
+
+    import numpy as np
+
+    h = h or hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.data)  # the buffer itself, not a copy
+    return h.hexdigest()
+
+
 def overwrites(out: str, inputs: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
     """The input (name, path) that writing ``out`` would replace or add to: the same file, through
     links too, or anything inside an input directory; None when there is none. ``inputs`` pairs a

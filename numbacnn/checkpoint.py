@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._files import UntrustedSize, check_npz, is_npz, looks_like
+from ._files import UntrustedSize, arrays_digest, check_npz, is_npz, looks_like
 from .layers import layer_from_config
 from .network import Sequential
 
@@ -38,12 +38,7 @@ class Checkpoint:
 
 
 def _digest(meta_bytes: bytes, arrays: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256(meta_bytes)
-    for k in sorted(arrays):
-        a = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{a.dtype.str}|{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
+    return arrays_digest(arrays, hashlib.sha256(meta_bytes))
 
 
 def check_writable(path: str) -> None:

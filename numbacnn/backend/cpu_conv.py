@@ -415,8 +415,6 @@ class PositionsPlan(CpuConvPlan):
         return _offsets(ws, h, w, w + g.kernel[1] - 1, 1, g.out_channels)
 
 
-
-
 def positions_gemm_rows(g: ConvGeometry, rows: int) -> tuple[int, int]:
     """KB and MB of conv2d_backward_positions for ``rows`` positions per GEMM: the weight
     gradient's GEMM (Co x ckk x rows) summed over runs of KB positions, the input gradient's
@@ -468,8 +466,6 @@ def wide_blocks(g: ConvGeometry, shape: tuple[int, ...]) -> int:
     return min(g.out_channels, -(-T.MIN_BLOCKS // shape[0]))
 
 
-
-
 def gemm_parts(g: ConvGeometry, shape: tuple[int, ...]) -> int:
     """Parts of the batch in the "gemm" plan, from the shapes only (never the thread count)."""
     n, _, h, w = shape
@@ -506,8 +502,6 @@ class GemmPlan(CpuConvPlan):
         dcols = ws.buf("dcols", (chunks, g.ckk, ld) if need_dx else (chunks, 1, 1))
         launch(K.conv2d_backward_gemm, dx, dw_parts, db_parts, dcols, g_tmp, dy, ws["cols"], weight, ws["y"],
                *g.stride, *g.padding, need_dx, need_dw, relu)
-
-
 
 
 def _winograd_tuning() -> tuple:

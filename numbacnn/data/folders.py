@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import available_memory, check_npz
+from .._files import arrays_digest, available_memory, check_npz
 from .._text import install_hint, interactive
 from .error import DataError
 
@@ -260,7 +260,7 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
             if str(z["key"]) != key:
                 return None
             arrays = {k: z[k] for k in z.files if k != "digest"}
-            if str(z["digest"]) != _digest(arrays):  # arrays replaced by hand (another shape, ...)
+            if str(z["digest"]) != arrays_digest(arrays):  # arrays replaced by hand (another shape, ...)
                 return None
             test = "x_test" in z.files
             data = FolderData(z["x_train"], z["y_train"], z["x_test"] if test else None,
@@ -283,23 +283,12 @@ def _read_cache(path: str, key: str, classes: list[str], n_train: int, n_test: i
     return data if fits else None
 
 
-def _digest(arrays: dict[str, np.ndarray]) -> str:
-    """SHA-256 of the cache's arrays (names, types, shapes, bytes): a cache whose arrays do not
-    match what was written for the folder is rebuilt, whatever shape they have."""
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        a = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.data)  # the buffer itself, not a copy
-    return h.hexdigest()
-
-
 def _write_cache(path: str, key: str, data: FolderData) -> bool:
     arrays = {"key": np.array(key), "x_train": data.x_train, "y_train": data.y_train,
               "classes": np.array(data.classes), "skipped": np.array(json.dumps(data.skipped))}
     if data.x_test is not None and data.y_test is not None:
         arrays.update(x_test=data.x_test, y_test=data.y_test)
-    arrays["digest"] = np.array(_digest(arrays))
+    arrays["digest"] = np.array(arrays_digest(arrays))
     d = os.path.dirname(path)
     try:
         os.makedirs(d, exist_ok=True)
