@@ -975,7 +975,7 @@ MUTANTS = [
       "if have is not None and floor > have:", "if False:",
       ["tests/test_trust.py", "-k", "cannot_fit"], inside="_check_batch"),
     M("image folder cache: the arrays' digest not compared", "numbacnn/data/folders.py",
-      'if str(z["digest"]) != _digest(arrays):', "if False:",
+      'if str(z["digest"]) != arrays_digest(arrays):', "if False:",
       ["tests/test_trust.py", "-k", "another_shape_is_rebuilt"], inside="_read_cache"),
     M("npz: an encrypted member's error escapes", "numbacnn/_files.py",
       "NotImplementedError,\n            RuntimeError) as e:", "NotImplementedError) as e:",
