@@ -5,7 +5,9 @@ several batch sizes and thread counts, and prints images/second, achieved GFLOP/
 the float32 matmul peak (numpy `@`, measured beside each configuration's timed blocks, once per
 round: the machine's speed drifts), and -- when PyTorch is importable -- PyTorch's numbers measured
 in interleaved blocks (ours, theirs, ours, ...) with the median ratio (training: against the faster
-of PyTorch's NCHW and channels_last layouts, round by round), and onnxruntime's inference
+of PyTorch's NCHW and channels_last layouts, round by round; in the bf16 class, numbacnn's precision
+"bf16" against PyTorch's channels_last bf16 autocast, the "ours" column "fp32" where no layer of the
+net has bf16 kernels and numbacnn's float32 arm stands in), and onnxruntime's inference
 of the exported model when it is importable (same weights, batch and threads). Also reports the JIT
 compile time from an empty cache, the warm-cache time to the first step, and peak training memory.
 """
@@ -140,10 +142,11 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 3) -> float:
 
 
 class _Ours:
-    def __init__(self, net_name: str, batch: int, device: str = "cpu") -> None:
+    def __init__(self, net_name: str, batch: int, device: str = "cpu", precision: str = "float32") -> None:
         import numbacnn as nc
 
         self.net = nc.build_network(net_name, input_shape(net_name), N_CLASSES, seed=0).to(device)
+        self.net.set_precision(precision)
         self.opt = nc.SGD(self.net, lr=0.01, momentum=0.9)
         rng = np.random.default_rng(0)
         self.x = rng.random((batch,) + input_shape(net_name), dtype=np.float32)
@@ -277,18 +280,22 @@ def bench_config(net_name: str, batch: int, threads: int, rounds: int, block: fl
     ours = _Ours(net_name, batch, device)
     theirs = _Torch(ours.net, batch, device) if use_torch else None
     # PyTorch's training in its channels_last layout too: the faster of the two is the peer; and
-    # channels_last under bf16 autocast, its best arm in the bf16 class (reported beside: numbacnn
-    # trains in float32)
+    # channels_last under bf16 autocast, its best arm in the bf16 class, against numbacnn's
+    # precision "bf16" (its float32 arm where no layer of the net has bf16 kernels)
     theirs_cl = _Torch(ours.net, batch, device, channels_last=True) if use_torch else None
     theirs_bf16 = _Torch(ours.net, batch, device, channels_last=True, bf16=True) if use_torch else None
+    ours_bf16 = _Ours(net_name, batch, device, "bf16") if device == "cpu" else None
+    if ours_bf16 is not None and not ours_bf16.net.bf16_layers():
+        ours_bf16 = None
     with _threads(threads, theirs.torch if theirs else None):
         return _bench_config(ours, theirs, theirs_cl, net_name, batch, threads, rounds, block, device,
-                             use_onnx, fma_gflops, theirs_bf16)
+                             use_onnx, fma_gflops, theirs_bf16, ours_bf16)
 
 
 def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, net_name: str, batch: int,
                   threads: int, rounds: int, block: float, device: str, use_onnx: bool,
-                  fma_gflops: float | None, theirs_bf16: _Torch | None = None) -> dict[str, Any]:
+                  fma_gflops: float | None, theirs_bf16: _Torch | None = None,
+                  ours_bf16: _Ours | None = None) -> dict[str, Any]:
     onnx_rt = _OnnxRuntime(ours.net, batch, threads) if use_onnx and device == "cpu" else None
     fwd, train = flops_per_image(ours.net)
     res: dict[str, Any] = {"net": net_name, "batch": batch, "threads": threads, "device": device,
@@ -303,6 +310,8 @@ def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, 
             fns.append(theirs_cl.train_step)
         if theirs_bf16 and mode == "train":
             fns.append(theirs_bf16.train_step)
+        if ours_bf16 and mode == "train":
+            fns.append(ours_bf16.train_step)
         if onnx_rt and mode == "infer":
             fns.append(onnx_rt.infer)
         for f in fns:  # warm up (compiles, allocates; numbacnn's prediction builds its team region
@@ -329,7 +338,11 @@ def _bench_config(ours: _Ours, theirs: _Torch | None, theirs_cl: _Torch | None, 
             res["train_ratio"] = statistics.median(a / max(b, c) for a, b, c in zip(*samples[:3]))
         if theirs_bf16 and mode == "train":
             res["torch_bf16_train_img_s"] = statistics.median(samples[3])
-            res["train_ratio_bf16"] = statistics.median(a / b for a, b in zip(samples[0], samples[3]))
+        if mode == "train":  # the bf16 class: numbacnn's bf16 arm (else its float32 one) against torch's
+            mine = samples[-1] if ours_bf16 else samples[0]
+            res["bf16_train_img_s"] = statistics.median(mine) if ours_bf16 else None
+            if theirs_bf16:
+                res["train_ratio_bf16"] = statistics.median(a / b for a, b in zip(mine, samples[3]))
         if onnx_rt and mode == "infer":
             res["onnx_infer_img_s"] = statistics.median(samples[-1])
             res["onnx_infer_ratio"] = statistics.median(a / b for a, b in zip(samples[0], samples[-1]))
@@ -528,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'net':9} {'batch':>5} {'thr':>3} | {'train img/s':>11} {'GFLOP/s':>7} {'%fma':>5}"
     head += f" | {'infer img/s':>11} {'ms':>7} {'GFLOP/s':>7} {'%fma':>5}"
     if use_torch:
-        head += (f" | {'torch train':>11} {'cl':>6} {'ratio':>5} {'bf16':>6} {'ratio':>5}"
+        head += (f" | {'torch train':>11} {'cl':>6} {'ratio':>5} {'bf16':>6} {'ours':>6} {'ratio':>5}"
                  f" | {'torch infer':>11} {'ratio':>5}")
     if use_onnx:
         head += f" | {'onnxrt infer':>12} {'ms':>7} {'ratio':>5}"
@@ -545,8 +558,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"{_percent(r['infer_fraction_of_fma_peak'])}")
                 if use_torch:
                     cl, bf = r.get("torch_cl_train_img_s"), r.get("torch_bf16_train_img_s")
+                    mine = r.get("bf16_train_img_s")
                     line += (f" | {r['torch_train_img_s']:11.0f} {'-' if cl is None else f'{cl:.0f}':>6} "
                              f"{r['train_ratio']:5.2f} {'-' if bf is None else f'{bf:.0f}':>6} "
+                             f"{'fp32' if mine is None else f'{mine:.0f}':>6} "
                              f"{r.get('train_ratio_bf16', float('nan')):5.2f} "
                              f"| {r['torch_infer_img_s']:11.0f} "
                              f"{r['infer_ratio']:5.2f}")

@@ -24,6 +24,7 @@ from .checkpoint import CheckpointError, atomic_write, check_writable, load_chec
 from .data import DataError, input_files, load_dataset
 from .device import DeviceError
 from .optimizers import OPTIMIZERS
+from .precision import PRECISIONS, describe, describe_unit
 from .runconfig import (  # noqa: F401
     DEFAULT_LR,
     RECIPES,
@@ -179,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=_number(int, 1, False, MAX_COUNT), default=None,
                    help="numba threads (default: all cores)")
     t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    t.add_argument("--precision", choices=PRECISIONS, default="float32",
+                   help="the multiplications: float32 (default) or bf16 (as torch.autocast: float32 "
+                   "weights, gradients and loss; bfloat16 operands with float32 sums in the layers with "
+                   "bf16 kernels, today 3x3 Winograd F(4x4) convolutions; AVX512_BF16 where the CPU has "
+                   "it, else emulated and slower; the CPU only)")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over MPI ranks: mpiexec -n R python -m mpi4py "
                    "train.py --distributed ...; --batch-size is the global batch, --threads per rank "
@@ -246,6 +252,9 @@ def _check_args(args, dp: DataParallel | None, lead: bool) -> Any:
         if (path and path != "digits" and (lead or flag in ("data", "labels"))
                 and not os.path.exists(path)):
             raise UsageError(f"--{flag}: {path}: no such file or directory")
+    if args.precision != "float32" and args.device != "cpu":
+        raise UsageError(f"--precision {args.precision} runs on the CPU only (--device {args.device} has "
+                         f"float32 kernels only)")
     if args.device == "cuda":
         from .device import require_cuda
         require_cuda()
@@ -358,9 +367,10 @@ def _run_recipe(args, dp: DataParallel | None) -> int:
     if not args.quiet:
         where = "the GPU" if args.device == "cuda" else f"{_config.get_num_threads()} threads"
         print(f"numbacnn: {ds.name}: {len(ds.y_train)} train / {len(ds.y_test)} test images; recipe "
-              f"{args.recipe}; {where}")
+              f"{args.recipe}; {where}; {describe_unit(args.precision)}")
     result = train_airbench94(ds.x_train, ds.y_train, ds.x_test, ds.y_test, seed=seed,
-                              epochs=args.epochs, progress=not args.quiet, device=args.device)
+                              epochs=args.epochs, progress=not args.quiet, device=args.device,
+                              precision=args.precision)
     net = result["net"]
     net.classes = ds.classes
     print(f"done: test accuracy {result.get('test_accuracy', float('nan')):.4f}, "
@@ -371,7 +381,7 @@ def _run_recipe(args, dp: DataParallel | None) -> int:
         save(net, args.save)
     if args.metrics_out:
         metrics = {"dataset": ds.name, "recipe": args.recipe, "seed": seed,
-                   "threads": _config.get_num_threads(),
+                   "threads": _config.get_num_threads(), "precision": args.precision,
                    "steps": result["steps"], "test_accuracy": result.get("test_accuracy"),
                    "tta_test_accuracy": result.get("tta_test_accuracy"), "wall_seconds": result["seconds"],
                    "epochs": result["history"]}
@@ -404,7 +414,8 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         dp.compile_once(lambda: compile_step(net, cfg.x_tr))
     trainer = Trainer(net, opt, batch_size=cfg.batch_size, seed=cfg.seed, progress=not args.quiet and lead,
                       lr_schedule=cfg.schedule, parallel=dp, augment=cfg.augment,
-                      label_smoothing=cfg.label_smoothing, loss=args.loss if cfg.regress else "cross_entropy")
+                      label_smoothing=cfg.label_smoothing, loss=args.loss if cfg.regress else "cross_entropy",
+                      precision=args.precision)
     trainer.target_scale = cfg.target_scale
     stopper = EarlyStopping(cfg.early_stopping) if cfg.early_stopping else None
     if cfg.trainer_state is not None:
@@ -431,7 +442,10 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
         task = f"regression ({args.loss})" if cfg.regress else f"{ds.n_classes} classes"
         print(f"numbacnn: {ds.name}: {len(cfg.y_tr)} train / {len(ds.y_test)} test {what} of shape "
               f"{ds.input_shape}, {task}; arch {cfg.arch}; {opt!r}; batch "
-              f"{cfg.batch_size}; {ranks}{_config.get_num_threads()} threads")
+              f"{cfg.batch_size}; {ranks}{_config.get_num_threads()} threads; "
+              f"{describe_unit(args.precision)}")
+        if args.precision != "float32":
+            print(describe(args.precision, net.bf16_layers()))
     if not args.quiet and lead and cfg.trainer_state is None:
         from .summary import summarize
 
@@ -506,7 +520,7 @@ def _train(args, cfg: RunConfig, dp: DataParallel | None, lead: bool, board: Any
                    "hyperparameters": {**opt.hyperparameters(), "lr": trainer.base_lr},
                    "lr_schedule": cfg.schedule, "batch_size": cfg.batch_size,
                    "seed": cfg.seed, "threads": _config.get_num_threads(),
-                   "ranks": dp.size if dp is not None else 1,
+                   "ranks": dp.size if dp is not None else 1, "precision": args.precision,
                    "test_accuracy": final.get("test_accuracy"), "tta": args.tta, "wall_seconds": wall,
                    **({"test_rmse": final.get("test_rmse"), "test_r2": final.get("test_r2")} if cfg.regress
                       else {}),

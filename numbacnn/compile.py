@@ -163,7 +163,7 @@ def build(levels: list[str] | None = None, log: Any = print) -> list[str]:
         meta: dict[str, Any] = {}
         if level in wanted:
             meta = _clear(level, stamp, py)
-            env.update(NUMBA_CPU_NAME=level, NUMBA_CPU_FEATURES=",".join(
+            env.update(NUMBA_CPU_NAME=prebuilt.CPU_NAMES.get(level, level), NUMBA_CPU_FEATURES=",".join(
                 [*("+" + f for f in levels_known[level]), *prebuilt.CODEGEN.get(level, ())]),
                 NUMBACNN_PREBUILT="1", **{prebuilt._BUILD_ENV: level})
         else:  # only to record the list: compiled for this host, into a throwaway cache
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Compile the kernels ahead of the first run (1-3.5 minutes on 2 cores), into "
                     "the package's kernel tier, which every later run loads.")
     p.add_argument("--all-levels", action="store_true",
-                   help="every instruction-set level (x86-64-v4 and -v3), not only this host's")
+                   help="every instruction-set level (x86-64-v4-bf16, -v4 and -v3), not only this host's")
     p.add_argument("--level", action="append", choices=list(prebuilt.LEVELS), help="this level only")
     p.add_argument("--status", action="store_true", help="print what the tier holds, compile nothing")
     args = p.parse_args(argv)

@@ -21,6 +21,7 @@ from .augment import Augment
 from .data import shuffled_split, stratified_split
 from .device import check_device
 from .optimizers import make_optimizer
+from .precision import PRECISIONS, check_precision_device
 from .training import Callback, Trainer
 
 _active = 0  # fits and predictions running in this process (any thread)
@@ -152,7 +153,8 @@ class _CNNEstimator(TransformerMixin, BaseEstimator):  # type: ignore[misc]
         self._trainer = Trainer(self.net_, self._optimizer, batch_size=h["batch_size"], seed=seed,
                                 progress=self.verbose > 0, shuffle=self.shuffle, augment=h["augment"],
                                 label_smoothing=h.get("label_smoothing", 0.0), lr_schedule=h["lr_schedule"],
-                                loss=h.get("loss", "cross_entropy"), huber_delta=h.get("huber_delta", 1.0))
+                                loss=h.get("loss", "cross_entropy"), huber_delta=h.get("huber_delta", 1.0),
+                                precision=self.precision)
 
     def _set_scaling(self, X: np.ndarray, w: np.ndarray | None = None) -> None:
         """One mean and std over all pixels (per channel for colour: arrays of C); with sample
@@ -294,6 +296,9 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
         and schedule; 9.9 epochs unless ``max_epochs`` is given), on colour 32x32 images in [0, 1]
         or 0-255 (then divided by 255), in ``fit`` only (no ``partial_fit``, ``warm_start`` or
         ``early_stopping``).
+    precision : {"float32", "bf16"}
+        The multiplications' precision (``numbacnn.Trainer``'s; numbacnn/precision.py): "bf16" as
+        torch.autocast, on the CPU only.
     """
 
     def __init__(self, architecture: str = DEFAULT_ARCH, input_shape: tuple[int, ...] | None = None,
@@ -305,7 +310,7 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
                  n_threads: int | None = None, device: str = "cpu", augment: str | None = None,
                  label_smoothing: float = 0.0, lr_schedule: str = "constant", tta: str = "none",
                  weight_decay: float | None = None, nesterov: bool = False,
-                 recipe: str | None = None) -> None:
+                 recipe: str | None = None, precision: str = "float32") -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -331,6 +336,7 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
         self.weight_decay = weight_decay
         self.nesterov = nesterov
         self.recipe = recipe
+        self.precision = precision
 
     _parameter_constraints: dict = {
         "architecture": [str],
@@ -358,10 +364,12 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
         "weight_decay": [Interval(Real, 0, None, closed="left"), None],
         "nesterov": ["boolean"],
         "recipe": [StrOptions(set(recipes.RECIPES)), None],
+        "precision": [StrOptions(set(PRECISIONS))],
     }
 
     def _check_params(self) -> None:
         self._validate_params()  # scikit-learn's checks of _parameter_constraints
+        check_precision_device(self.precision, self.device)
         check_device(self.device)
         Augment.parse(self._settings()["augment"])  # a ValueError naming a bad term (or a recipe clash)
 
@@ -461,6 +469,7 @@ class CNNClassifier(ClassifierMixin, _CNNEstimator):
         """recipes.train_airbench94's training (network, optimizer, schedule, seed) on (x, y)."""
         epochs = self._settings()["max_epochs"]
         self.net_ = recipes.airbench94_network(x, len(self.classes_), seed).to(self.device)
+        self.net_.set_precision(self.precision)
         self._trainer, schedule, rounds = recipes.airbench94_trainer(
             self.net_, len(x), seed, epochs, progress=self.verbose > 0, log=None)
         self._optimizer = self._trainer.optimizer
@@ -549,7 +558,7 @@ class CNNRegressor(RegressorMixin, _CNNEstimator):
     Parameters as ``CNNClassifier``'s (architecture, input_shape, optimizer, learning_rate,
     momentum, batch_size, max_epochs, shuffle, random_state, early_stopping with
     validation_fraction, n_iter_no_change and tol, warm_start, verbose, n_threads, device,
-    augment, lr_schedule, weight_decay, nesterov), and:
+    augment, lr_schedule, weight_decay, nesterov, precision), and:
 
     loss : {"mse", "huber"}
         The mean squared error (torch's ``MSELoss``) or Huber's loss (``HuberLoss``) on the
@@ -572,7 +581,7 @@ class CNNRegressor(RegressorMixin, _CNNEstimator):
                  warm_start: bool = False, verbose: int = 0, n_threads: int | None = None,
                  device: str = "cpu", augment: str | None = None, lr_schedule: str = "constant",
                  weight_decay: float | None = None, nesterov: bool = False, loss: str = "mse",
-                 huber_delta: float = 1.0) -> None:
+                 huber_delta: float = 1.0, precision: str = "float32") -> None:
         self.architecture = architecture
         self.input_shape = input_shape
         self.optimizer = optimizer
@@ -596,6 +605,7 @@ class CNNRegressor(RegressorMixin, _CNNEstimator):
         self.nesterov = nesterov
         self.loss = loss
         self.huber_delta = huber_delta
+        self.precision = precision
 
     _parameter_constraints: dict = {
         **{k: v for k, v in CNNClassifier._parameter_constraints.items()
@@ -606,6 +616,7 @@ class CNNRegressor(RegressorMixin, _CNNEstimator):
 
     def _check_params(self) -> None:
         self._validate_params()
+        check_precision_device(self.precision, self.device)
         check_device(self.device)
         Augment.parse(self.augment)
 

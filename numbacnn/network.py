@@ -13,6 +13,7 @@ from . import tuning as T
 from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Layer, Shape, folds_inside, fuse_chain
+from .precision import check_precision_device
 from .program import DeviceInference, InferenceProgram
 
 _FLOAT32 = np.dtype(np.float32)
@@ -73,6 +74,32 @@ class Sequential:
     @property
     def device(self) -> str:
         return self.backend.name
+
+    @property
+    def precision(self) -> str:
+        """The multiplications' precision, "float32" or "bf16" (numbacnn/precision.py)."""
+        return self.__dict__.get("_precision", "float32")
+
+    def set_precision(self, precision: str) -> Sequential:
+        """Multiply in ``precision`` from now on ("float32" or "bf16"; parameters, gradients and
+        checkpoints stay float32). The CPU only: the CUDA kernels have no bf16 products."""
+        check_precision_device(precision, self.device)
+        if precision != self.precision:
+            self._precision = precision
+            for layer in self.layers:
+                layer.precision = precision
+            self._fuse()
+        return self
+
+    def bf16_layers(self) -> list[str]:
+        """The names of the layers whose multiplications can run in bf16 at this precision (a 3x3
+        Winograd convolution: in the batches for which its plan runs F(4x4))."""
+        names = []
+        for i, layer in enumerate(self.layers):
+            subs = [layer, *layer.sublayers()]
+            if any(sub.runs_bf16 for sub in subs):
+                names.append(layer.name or f"layer {i}")
+        return names
 
     def to(self, device: str) -> Sequential:
         """Move parameters, gradients and all layer work to "cpu" or "cuda" (in place)."""

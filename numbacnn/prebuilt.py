@@ -27,15 +27,20 @@ FOLDER = os.path.join(PACKAGE, "_prebuilt")
 # a host runs the first level whose features it has. The last level is the one the build runs.
 _V3 = ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "popcnt", "sse4.1", "sse4.2",
        "ssse3", "cx16", "xsave")
+_V4 = (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 LEVELS: dict[str, tuple[str, ...]] = {
-    "x86-64-v4": (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+    "x86-64-v4-bf16": (*_V4, "avx512bf16"),  # x86-64-v4 with AVX512_BF16 (kernels/cpu/bf16.py)
+    "x86-64-v4": _V4,
     "x86-64-v3": _V3,
 }
+# The LLVM CPU a level compiles for, where its name is not one
+CPU_NAMES: dict[str, str] = {"x86-64-v4-bf16": "x86-64-v4"}
 # Code generation options per level beyond its features. LLVM's x86-64-v4 keeps loops at 256-bit
 # vectors (Skylake-X's tuning, for its clock drop under 512-bit code); with 512-bit vectors the
 # shipped level ran 1.08x (training) and 1.15x (inference) the x86-64-v3 level against PyTorch on
 # an AMD EPYC (Zen 4), as fast as code numba compiled for that CPU (docs/performance.md).
-CODEGEN: dict[str, tuple[str, ...]] = {"x86-64-v4": ("-prefer-256-bit",)}
+CODEGEN: dict[str, tuple[str, ...]] = {"x86-64-v4-bf16": ("-prefer-256-bit",),
+                                       "x86-64-v4": ("-prefer-256-bit",)}
 TRIPLE = "x86_64-unknown-linux-gnu"
 # Settings under which the prebuilt code is not what the user asked for: numba's own code options
 # (index checks, debug info, another optimisation level or CPU), or numbacnn's cache switched off.
@@ -283,6 +288,19 @@ def _numba_version() -> str:
     import numba
 
     return numba.__version__
+
+
+def kernel_features() -> tuple[str, ...]:
+    """The instruction-set features the kernels of this process run with: the tier's level's where
+    the tier serves it, else the host's (numba compiles for the host)."""
+    level = _level_and_stamp()[0]
+    if level is not None and status().get("usable"):
+        return LEVELS[level]
+    if os.environ.get("NUMBA_CPU_FEATURES"):
+        return tuple(f[1:] for f in os.environ["NUMBA_CPU_FEATURES"].split(",") if f.startswith("+"))
+    import llvmlite.binding as ll
+
+    return tuple(f for f, on in ll.get_host_cpu_features().items() if on)
 
 
 def status() -> dict[str, Any]:

@@ -160,16 +160,16 @@ def airbench94_trainer(net: Sequential, n: int, seed: int = 0, epochs: float | N
 def train_airbench94(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray | None = None,
                      y_test: np.ndarray | None = None, seed: int = 0, epochs: float | None = None,
                      log: Callable[[str], None] | None = print, progress: bool = True,
-                     device: str = "cpu") -> dict[str, Any]:
+                     device: str = "cpu", precision: str = "float32") -> dict[str, Any]:
     """Train airbench94 on (x_train, y_train) (images (N, 3, 32, 32) in [0, 1], labels 0-9) and
     evaluate it on (x_test, y_test) with and without its test-time augmentation. ``epochs``: fewer
     than the published 9.9 for a shorter run; ``device``: "cpu" or "cuda" (the network is
-    initialised on the CPU, then moved). Returns the network, the history, the accuracies and the
-    wall time."""
+    initialised on the CPU, then moved); ``precision``: "float32" or "bf16" (numbacnn/precision.py).
+    Returns the network, the history, the accuracies and the wall time."""
     h = AIRBENCH94
     n_classes = int(np.max(y_train)) + 1
     t0 = time.perf_counter()
-    net = airbench94_network(x_train, max(n_classes, 2), seed).to(device)
+    net = airbench94_network(x_train, max(n_classes, 2), seed).to(device).set_precision(precision)
     trainer, schedule, rounds = airbench94_trainer(net, len(x_train), seed, epochs, progress, log)
     # the held-out images are evaluated once, at the end (as airbench does): not after every epoch
     history = trainer.fit(x_train, y_train, rounds, callbacks=[schedule])

@@ -253,6 +253,10 @@ class Trainer:
     loss : "cross_entropy", "mse" or "huber"
         Classification (labels y) or regression of float targets y (N, K) against the network's K
         outputs: the mean squared error, or Huber's loss with ``huber_delta`` (torch's).
+    precision : "float32", "bf16" or None
+        The network's multiplications (``Sequential.set_precision``; numbacnn/precision.py): "bf16"
+        as torch.autocast (float32 weights, gradients, optimizer state and loss; bfloat16 operands
+        with float32 sums in the layers that have bf16 kernels). None: as the network is set.
     """
 
     def __init__(self, net: Sequential, optimizer: Optimizer, batch_size: int = 64, seed: int = 0,
@@ -261,7 +265,7 @@ class Trainer:
                  parallel: DataParallel | None = None, step_programs: bool = True,
                  augment: str | Augment | None = None, label_smoothing: float = 0.0,
                  drop_last: bool = False, max_steps: int | None = None, loss: str = "cross_entropy",
-                 huber_delta: float = 1.0) -> None:
+                 huber_delta: float = 1.0, precision: str | None = None) -> None:
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
         self.lr_schedule = lr_schedule
@@ -282,6 +286,8 @@ class Trainer:
             raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
         self.drop_last = bool(drop_last)
         self.max_steps = None if max_steps is None else int(max_steps)
+        if precision is not None:
+            net.set_precision(precision)
         self.net = net
         self.optimizer = optimizer
         self.batch_size = int(batch_size)

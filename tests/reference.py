@@ -548,3 +548,82 @@ def network_gradients(layers_spec, params, x, y):
         elif kind == "flatten":
             g = g.reshape(inp.shape)
     return loss, grads[::-1], g
+
+
+# --- bfloat16 -------------------------------------------------------------------------------------
+def bf16(a):
+    """float64 values rounded to float32, then to bfloat16 (nearest, ties to even), as float64:
+    written from the definition (the 16 low bits of the float32 rounded off, halfway to even)."""
+    f = np.asarray(a, np.float64).astype(np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    low, high = bits & 0xFFFF, bits >> 16
+    up = (low > 0x8000) | ((low == 0x8000) & (high & 1 == 1))
+    out = ((high + up) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+    return np.where(np.isnan(f), np.nan, out)
+
+
+# F(4x4, 3x3)'s matrices (Lavin and Gray), independent of the kernels' own
+_BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                 [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)
+_AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                np.float64)
+
+
+def _tiles6(xp, th, tw):
+    """(N, C, th, tw, 6, 6): the 6x6 patches under the 4x4 output tiles of the padded planes xp,
+    zeros past their edges."""
+    N, C, H, W = xp.shape
+    big = np.zeros((N, C, 4 * th + 2, 4 * tw + 2))
+    big[:, :, :min(H, 4 * th + 2), :min(W, 4 * tw + 2)] = xp[:, :, :4 * th + 2, :4 * tw + 2]
+    out = np.empty((N, C, th, tw, 6, 6))
+    for ty in range(th):
+        for tx in range(tw):
+            out[:, :, ty, tx] = big[:, :, 4 * ty:4 * ty + 6, 4 * tx:4 * tx + 6]
+    return out
+
+
+def _untile4(m, oh, ow):
+    """(N, C, oh, ow) from the 4x4 output tiles m (N, C, th, tw, 4, 4)."""
+    N, C, th, tw = m.shape[:4]
+    return m.transpose(0, 1, 2, 4, 3, 5).reshape(N, C, 4 * th, 4 * tw)[:, :, :oh, :ow]
+
+
+def winograd4_bf16_forward(x, w, b, pad):
+    """3x3 stride-1 convolution by F(4x4, 3x3) with the transformed tiles B^T d B and filters
+    G g G^T rounded to bfloat16 (precision "bf16"), everything else in float64."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    N, C, H, W = x.shape
+    oh, ow = H + 2 * pad - 2, W + 2 * pad - 2
+    th, tw = -(-oh // 4), -(-ow // 4)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    v = bf16(np.einsum("ia,nctuab,jb->nctuij", _BT4, _tiles6(xp, th, tw), _BT4))
+    u = bf16(np.einsum("ia,ocab,jb->ocij", _G4, w, _G4))
+    m = np.einsum("nctuij,ocij->notuij", v, u)
+    y = np.einsum("ai,notuij,bj->notuab", _AT4, m, _AT4)
+    return _untile4(y, oh, ow) + np.asarray(b, np.float64)[:, None, None]
+
+
+def winograd4_bf16_backward(dout, x, w, pad):
+    """(dx, dw, db) of winograd4_bf16_forward as its kernels compute them: dx the F(4x4, 3x3)
+    forward of the output gradient padded by 2 - pad with the filters rotated and their channels
+    swapped (tiles and filters rounded to bf16); dw = G^T dU G with dU the sum over tiles of the
+    input tiles' B^T d B times the output gradient's A g A^T, both rounded to bf16."""
+    dout, x, w = (np.asarray(a, np.float64) for a in (dout, x, w))
+    N, C, H, W = x.shape
+    oh, ow = dout.shape[2:]
+    q = 2 - pad
+    rot = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+    dx = winograd4_bf16_forward(np.pad(dout, ((0, 0), (0, 0), (q, q), (q, q)))[:, :, :H + 2, :W + 2], rot,
+                                np.zeros(C), 0)
+    th, tw = -(-oh // 4), -(-ow // 4)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    v = bf16(np.einsum("ia,nctuab,jb->nctuij", _BT4, _tiles6(xp, th, tw), _BT4))
+    g = np.zeros((N, dout.shape[1], 4 * th, 4 * tw))
+    g[:, :, :oh, :ow] = dout
+    gt = g.reshape(N, -1, th, 4, tw, 4).transpose(0, 1, 2, 4, 3, 5)
+    dm = bf16(np.einsum("ai,notuab,bj->notuij", _AT4, gt, _AT4))
+    du = np.einsum("nctuij,notuij->ocij", v, dm)
+    dw = np.einsum("ia,ocij,jb->ocab", _G4, du, _G4)
+    return dx, dw, dout.sum(axis=(0, 2, 3))

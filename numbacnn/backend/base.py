@@ -45,6 +45,7 @@ class ConvGeometry:
     groups: int = 1  # output channel co reads input channels of group co // (C_out / groups) only
     dilation: Pair = (1, 1)
     padding_end: Pair | None = None  # rows below and columns to the right; None: as ``padding``
+    precision: str = "float32"  # "bf16": the plan's multiplications in bfloat16 where it has them
 
     @cached_property
     def ckk(self) -> int:

@@ -65,6 +65,7 @@ _NO_VERSION = np.zeros(0, np.int32)  # weights not written by a counting fold
 _NO_OFFSETS = np.zeros(0, np.int64)  # the "positions" forward by columns and a GEMM
 _NO_WEIGHTS = np.zeros((0, 0, 0, 0), np.float32)  # and its input gradient likewise
 _NO_PLANES = np.zeros((1, 0), np.float32)
+_NO_PAIRS = np.zeros(0, np.uint16)  # float32 GEMMs: no bf16 operands
 
 
 class CpuConvPlan(ConvPlan):
@@ -712,18 +713,29 @@ class WinogradPlan(CpuConvPlan):
         th, tw = tiles4(oh, ow, pool)
         group = max(1, min(T.WINOGRAD4_TILES // (th * tw), n // T.MIN_BLOCKS))  # examples a block
         tiles = group * th * tw
+        bf16 = self.bf16  # (a change of precision starts the layer's workspace afresh: records too)
         u = ws.buf(_packing("wino4_u", version), (36, ci, co))
+        uh = ws.buf(_packing("wino4_uh", version), (36 * ci * co,), np.uint16) if bf16 else _NO_PAIRS
         launch(K.winograd4_filters, u, weight, False, ws.buf("wino4_work", (63 * max(ci, co),)),
-               *packed_from(ws, "wino4_u_from", weight, version))
+               *packed_from(ws, "wino4_u_from", weight, version), uh)
         skew = K.conv2d_winograd4.SKEW
+        size_v = 36 * (tiles * ci + skew)
         launch(K.conv2d_forward_winograd4, y, argmax, ws.buf("w4y", (self.slots, 16 * th * tw * co)),
-               ws.buf("w4v", (self.slots, 36 * (tiles * ci + skew))),
+               ws.buf("w4v", (self.slots, size_v)),
                ws.buf("w4m", (self.slots, 36 * (tiles * co + skew))),
                ws.buf("w4s", (self.slots, 24 * (tw + 1) * max(ci, co))),
                ws.buf("w4p", (self.slots, (4 * th + 2) * (4 * tw + 2) * ci)),
                ws.buf("w4e", (self.slots, oh * ow * co)), x, u, bias, *g.padding, relu, *(pool or (0, 0)),
-               group, backward, layout)
+               group, backward, layout, ws.buf("w4vh", (self.slots, size_v if bf16 else 1), np.uint16), uh,
+               bf16)
         return y
+
+    @property
+    def bf16(self) -> bool:
+        """Whether F(4x4, 3x3)'s GEMMs run in bfloat16 (kernels/cpu/bf16.py): precision "bf16" and
+        both channel counts multiples of 16 (whole vectors of pairs); else float32."""
+        g = self.geometry
+        return g.precision == "bf16" and g.in_channels % 16 == 0 and g.out_channels % 16 == 0
 
     def _backward4(self, ws: Workspace, dy: Any, weight: Any, dweight: Any, dbias: Any, need_dx: bool,
                    need_dw: bool, relu: bool, pool: Pair | None) -> Any:
@@ -747,21 +759,29 @@ class WinogradPlan(CpuConvPlan):
         db_parts = ws.buf("db_parts", (parts, co))
         work = ws.buf("wino4_work", (63 * max(ci, co),))
         u2 = ws.buf("wino4_u2", (36, co, ci))
-        launch(K.winograd4_filters, u2, weight, True, work, _ALWAYS, _NO_VERSION)
+        bf16 = self.bf16
+        u2h = ws.buf("wino4_u2h", (36 * co * ci,), np.uint16) if bf16 else _NO_PAIRS
+        launch(K.winograd4_filters, u2, weight, True, work, _ALWAYS, _NO_VERSION, u2h)
         zb = ws.buf("zb", (ci,))
         zb[:] = 0  # the input gradient's "bias" in the shared epilogue
         skew = K.conv2d_winograd4.SKEW
         s = self.slots
+        size_xv = 36 * (group * thx * twx * co + skew) if need_dx else 1
+        pairs = 36 * ((cap + 1) // 2) * 2 if bf16 and need_dw else 0  # packed rows of tile pairs
         launch(K.conv2d_backward_winograd4, dx, du_parts, db_parts, ws.buf("wgw", (s, co * oh * ow)),
                ws.buf("w4gp", (s, hg * wg * co)), ws.buf("w4p", (s, (4 * th + 2) * (4 * tw + 2) * ci)),
                ws.buf("w4bv", (s, 36 * (cap * ci + skew) if need_dw else 1)),
                ws.buf("w4bm", (s, 36 * (cap * co + skew) if need_dw else 1)),
-               ws.buf("w4xv", (s, 36 * (group * thx * twx * co + skew) if need_dx else 1)),
+               ws.buf("w4xv", (s, size_xv)),
                ws.buf("w4xm", (s, 36 * (group * thx * twx * ci + skew) if need_dx else 1)),
                ws.buf("w4xy", (s, 16 * thx * twx * ci)),
                ws.buf("w4s", (s, 24 * (max(tw, twx) + 1) * max(ci, co))),
                ws.buf("w4xe", (s, h * w * ci)), zb, *self.pooled_workspaces(ws, pool), dy, x, u2,
-               self.pooled_y(ws, pool), argmax, ph, pw, group, cap, need_dx, need_dw, relu, *(pool or (0, 0)))
+               self.pooled_y(ws, pool), argmax, ph, pw, group, cap, need_dx, need_dw, relu, *(pool or (0, 0)),
+               ws.buf("w4xh", (s, size_xv if bf16 else 1), np.uint16),
+               ws.buf("w4vp", (s, max(1, pairs * ci)), np.uint16),
+               ws.buf("w4mp", (s, max(1, pairs * co)), np.uint16),
+               u2h, bf16)
         du = ws.buf("du4", (36, ci, co))
         launch(K.sum_parts, du.reshape(-1), dbias, du_parts, db_parts, (36, ci, co, 1), (ci * co, co, 1, 1))
         launch(K.winograd4_filter_gradient, dweight, du, work)

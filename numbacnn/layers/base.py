@@ -110,6 +110,26 @@ class Layer:
         for sub in self.sublayers():
             sub.device = device
 
+    @property
+    def precision(self) -> str:
+        """The multiplications' precision: "float32", or "bf16" (operands rounded to bfloat16,
+        float32 sums, where the layer's plan has such kernels: ``bf16_layers``)."""
+        return self.__dict__.get("_precision", "float32")
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        if precision != self.precision:
+            self._precision = precision
+            self.__dict__.pop("_plan", None)
+            self._buffers = self.backend.workspace()
+        for sub in self.sublayers():
+            sub.precision = precision
+
+    @property
+    def runs_bf16(self) -> bool:
+        """Whether some of this layer's multiplications run in bfloat16 (under precision "bf16")."""
+        return False
+
     def set_name(self, name: str) -> None:
         """Name this layer in error messages ("layer 3 (Conv2D(1, 8, 3))"; a block names its own)."""
         self.name = name

@@ -163,7 +163,11 @@ class Conv2D(Layer):
     @property
     def geometry(self) -> ConvGeometry:
         return ConvGeometry(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                            self.padding, self.groups, self.dilation, self.padding_end)
+                            self.padding, self.groups, self.dilation, self.padding_end, self.precision)
+
+    @property
+    def runs_bf16(self) -> bool:
+        return bool(getattr(self.plan, "bf16", False))
 
     @property
     def plan(self) -> ConvPlan:

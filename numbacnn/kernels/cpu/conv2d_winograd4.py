@@ -25,6 +25,7 @@ from ..._config import kernel
 from ..._parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, unchanged
+from .bf16 import gemm_pairs, pack_pairs, round_bf16
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
 from .microkernel import gemm_nn, gemm_tn
@@ -137,7 +138,7 @@ def panel(B):
 
 
 @kernel(fastmath=False, export=True, team="serial")
-def winograd4_filters(U, w, rotate, work, seen, version):
+def winograd4_filters(U, w, rotate, work, seen, version, Uh):
     """The filters' transforms U[k] = G g G^T (k = 6 i + j for row i, column j) of every 3x3 filter
     g of w (Co, Ci, 3, 3): U[k] (Ci, Co) from g = w[co, ci] (rotate False, the forward); U[k] (Co,
     Ci) from w[co, ci] rotated by 180 degrees (rotate True, the input gradient). U (36, A, B) holds
@@ -145,7 +146,9 @@ def winograd4_filters(U, w, rotate, work, seen, version):
     read a panel's rows contiguously (rows of 256 floats, a kilobyte apart, fell into few cache
     sets: 70 against 97 GFLOP/s for a 64-tile block of a 256 -> 256 layer on one Zen 4 core).
     ``seen`` and ``version`` as winograd_filters' (conv2d_winograd.py): inference transforms once.
-    work: 63 * B floats: the taps of a row of U, G g, then the row's 36 transforms."""
+    work: 63 * B floats: the taps of a row of U, G g, then the row's 36 transforms. Uh: empty, or
+    (36 * A * B,) uint16 that receives U packed for bf16 (winograd4_filters_pairs) whenever U is
+    made."""
     if version.shape[0] > 0:
         if same_version(seen, version):
             return
@@ -173,6 +176,8 @@ def winograd4_filters(U, w, rotate, work, seen, version):
             for p in range(B // P):
                 _copy(Uf[((k * (B // P) + p) * A + a) * P:((k * (B // P) + p) * A + a + 1) * P],
                       work[(27 + k) * B + p * P:(27 + k) * B + (p + 1) * P])
+    if Uh.shape[0] > 0:
+        winograd4_filters_pairs(Uh, U)
 
 
 @kernel()
@@ -189,6 +194,29 @@ def _gemms4(mf, KM, vf, KV, Uf, TB, Ci, Co):
     for k in range(36):
         for p in range(Co // P):
             gemm_nn(mf, k * KM + p * P, Co, vf, k * KV, Ci, Uf, (k * (Co // P) + p) * Ci * P, P, TB, P, Ci)
+
+
+@kernel()
+def winograd4_filters_pairs(Uh, U):
+    """Uh (flat (36, A / 2, B, 2), uint16) = the packed filter transforms U (36, A, B) (winograd4_filters'
+    panels) rounded to bfloat16 and packed in pairs along their rows (bf16.pack_pairs' layout: the
+    weights of _gemms4_pairs). A even."""
+    A, B = U.shape[1], U.shape[2]
+    P = panel(B)
+    Uf = U.reshape(U.size)
+    for k in range(36):
+        for p in range(B // P):
+            base = (k * (B // P) + p) * A * P
+            pack_pairs(Uh, k * A * B + 2 * p * P, 2 * B, Uf, base, P, A, P)
+
+
+@kernel()
+def _gemms4_pairs(mf, KM, vh, KV, Uh, TB, Ci, Co):
+    """_gemms4 in bf16 (precision "bf16"): M[k] (TB, Co) = V[k] (TB, Ci) @ U[k] (Ci, Co) with V
+    rounded to bfloat16 (vh, matrix k at k * KV) and U packed by winograd4_filters_pairs; Ci even,
+    Co a multiple of 16."""
+    for k in range(36):
+        gemm_pairs(mf, k * KM, Co, vh, k * KV, Ci, 2, Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2, True)
 
 
 @kernel(fastmath=False, export=True)
@@ -306,6 +334,32 @@ def _weight_gemms4(duf, mf, vf, Co, Ci, TB, KM, KV, first):
 
 
 @kernel()
+def _weight_gemms4_pairs(duf, mf, vf, vp, mp, Co, Ci, TB, KM, KV, first):
+    """_weight_gemms4 in bf16: V[k] and dM[k] rounded and packed in pairs of tiles (vp, mp: 36
+    matrices of ceil(CAP / 2) pair rows, 2 Ci and 2 Co apart), then dU[k] (+)= V[k]^T @ dM[k] by
+    gemm_pairs. Ci and Co multiples of 16."""
+    if TB == 0:
+        if first:
+            duf[:] = np.float32(0.0)
+        return
+    KP = vp.shape[0] // 36
+    KQ = mp.shape[0] // 36
+    T2 = (TB + 1) // 2
+    for k in range(36):
+        pack_pairs(vp, k * KP, 2 * Ci, vf, k * KV, Ci, TB, Ci)
+        pack_pairs(mp, k * KQ, 2 * Co, mf, k * KM, Co, TB, Co)
+        gemm_pairs(duf, k * Ci * Co, Co, vp, k * KP, 2, 2 * Ci, mp, k * KQ, 2 * Co, Ci, Co, T2, first)
+
+
+@kernel(inline=True)
+def _weight_gemms(duf, mf, vf, vp, mp, Co, Ci, TB, KM, KV, first, bf16):
+    if bf16:
+        _weight_gemms4_pairs(duf, mf, vf, vp, mp, Co, Ci, TB, KM, KV, first)
+    else:
+        _weight_gemms4(duf, mf, vf, Co, Ci, TB, KM, KV, first)
+
+
+@kernel()
 def winograd4_tiles(OH, OW, PKH, PKW):
     """Tile rows and tiles per row (4 x 4 outputs each) that cover an OH x OW output, or with a
     fused PKH x PKW pool (PKH > 0) the rows and columns that the pool reads."""
@@ -316,21 +370,24 @@ def winograd4_tiles(OH, OW, PKH, PKW):
 
 @kernel(export=True, team="blocks")
 def conv2d_forward_winograd4(out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G,
-                             argmax_too, layout):
+                             argmax_too, layout, vhw, Uh, bf16):
     """out = conv(x, w) + b for 3x3 filters, stride 1, zero padding (PH, PW); max(., 0) when relu;
     with PKH > 0 a fused PKH x PKW max pool, as conv2d_forward_winograd (its out, argmax,
     argmax_too and layout). U: the transformed filters (36, Ci, Co) (winograd4_filters); b: (Co,);
     Ci and Co divisible by 16. Blocks of G examples (the last may hold fewer) run in parallel.
     Workspaces indexed by thread: yw (T, 16 * TH * TW * Co); vw (T, 36 * (G * TH * TW * Ci + SKEW));
     mw (T, 36 * (G * TH * TW * Co + SKEW)); pw (T, (4 TH + 2) * (4 TW + 2) * Ci); sw (T, 24 *
-    (TW + 1) * max(Ci, Co)); ew (T, OH * OW * Co): the epilogue's."""
-    args = (out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G, argmax_too, layout)
+    (TW + 1) * max(Ci, Co)); ew (T, OH * OW * Co): the epilogue's. ``bf16``: the GEMMs in bfloat16
+    (_gemms4_pairs): vhw (T, as vw) (uint16) takes the rounded tiles, Uh the packed filters
+    (winograd4_filters_pairs); else both unread."""
+    args = (out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G, argmax_too, layout,
+            vhw, Uh, bf16)
     parallel_blocks(conv2d_forward_winograd4_blocks(*args), conv2d_forward_winograd4_block, args)
 
 
 @kernel()
 def conv2d_forward_winograd4_blocks(out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G,
-                                    argmax_too, layout):
+                                    argmax_too, layout, vhw, Uh, bf16):
     return (x.shape[0] + G - 1) // G
 
 
@@ -358,7 +415,7 @@ def _epilogue4(out, argmax, n, of, yf, b, pitch, OH, OW, R, RW, relu, PKH, PKW, 
 
 @kernel()
 def conv2d_forward_winograd4_block(i, out, argmax, yw, vw, mw, sw, pw, ew, x, U, b, PH, PW, relu, PKH, PKW, G,
-                                   argmax_too, layout):
+                                   argmax_too, layout, vhw, Uh, bf16):
     """Block i of conv2d_forward_winograd4: examples G i .. G i + G - 1, its thread's workspaces."""
     if layout & 1:
         N, H, W, Ci = x.shape
@@ -387,7 +444,12 @@ def conv2d_forward_winograd4_block(i, out, argmax, yw, vw, mw, sw, pw, ew, x, U,
         else:
             _plane4(pf, x[n], PH, PW, 4 * TH + 2, 4 * TW + 2)
         _input_tiles4(vf, pf, sc, 4 * TW + 2, Ci, TH, TW, (n - n0) * TPI, KV)
-    _gemms4(mf, KM, vf, KV, U.reshape(36 * Ci * Co), TB, Ci, Co)
+    if bf16:
+        vh = vhw[t].reshape(vhw.shape[1])
+        round_bf16(vh, 0, vf, 0, 36 * KV)
+        _gemms4_pairs(mf, KM, vh, KV, Uh, TB, Ci, Co)
+    else:
+        _gemms4(mf, KM, vf, KV, U.reshape(36 * Ci * Co), TB, Ci, Co)
     yf = yw[t][:16 * TPI * Co]
     for n in range(n0, n1):
         _output_tiles4(yf, mf, sc, Co, TH, TW, (n - n0) * TPI, KM)
@@ -397,7 +459,8 @@ def conv2d_forward_winograd4_block(i, out, argmax, yw, vw, mw, sw, pw, ew, x, U,
 
 @kernel(export=True)
 def conv2d_backward_winograd4(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, ew, zb, gmask,
-                              gidx, dout, x, U2, y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW):
+                              gidx, dout, x, U2, y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW,
+                              vxh, vpw, mpw, U2h, bf16):
     """Gradients of conv2d_forward_winograd4, as conv2d_backward_winograd's (its dx, du_parts
     (P, 36 * Ci * Co), db_parts, gmask, gidx, dout, y, argmax): P parts of the batch, each summing
     the transformed weight gradient of its examples in GEMMs over up to CAP tiles (whole examples),
@@ -406,9 +469,12 @@ def conv2d_backward_winograd4(dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, 
     Wg * Co) and pw (T, (4 TH + 2) * (4 TW + 2) * Ci) (sizes as the part kernel's); vw (T, 36 * (CAP
     * Ci + SKEW)); mw (T, 36 * (CAP * Co + SKEW)); vxw (T, 36 * (G * THx * TWx * Co + SKEW)); mxw
     (T, 36 * (G * THx * TWx * Ci + SKEW)); yw (T, 16 * THx * TWx * Ci); sw (T, 24 * (max(TW, TWx) +
-    1) * max(Ci, Co)); ew (T, H * W * Ci)."""
+    1) * max(Ci, Co)); ew (T, H * W * Ci). ``bf16``: the GEMMs in bfloat16: vxh (T, as vxw) (uint16)
+    the input gradient's rounded tiles, vpw (T, 36 * ceil(CAP / 2) * 2 Ci) and mpw (T, 36 *
+    ceil(CAP / 2) * 2 Co) (uint16) the weight gradient's packed pairs, U2h U2 packed
+    (winograd4_filters_pairs); else unread."""
     args = (dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, ew, zb, gmask, gidx, dout, x, U2,
-            y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW)
+            y, argmax, PH, PW, G, CAP, need_dx, need_dw, relu, PKH, PKW, vxh, vpw, mpw, U2h, bf16)
     parallel_blocks(du_parts.shape[0], conv2d_backward_winograd4_part, args)
 
 
@@ -423,7 +489,7 @@ def winograd4_input_rows(H, W, OH, OW, PH, PW, PKH, PKW):
 @kernel(float_division=True)
 def conv2d_backward_winograd4_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, mw, vxw, mxw, yw, sw, ew, zb,
                                    gmask, gidx, dout, x, U2, y, argmax, PH, PW, G, CAP, need_dx, need_dw,
-                                   relu, PKH, PKW):
+                                   relu, PKH, PKW, vxh, vpw, mpw, U2h, bf16):
     """Part ``c`` of conv2d_backward_winograd4: one iteration of its parallel loop."""
     N, Ci, H, W = x.shape
     Co = U2.shape[1]
@@ -463,7 +529,7 @@ def conv2d_backward_winograd4_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, m
             _plane4(gp, gf[:Co * L].reshape((Co, OH, OW)), 2 - PH, 2 - PW, Hg, Wg)
             if need_dw:
                 if filled + TPI > CAP:
-                    _weight_gemms4(duf, mf, vf, Co, Ci, filled, KM, KV, first)
+                    _weight_gemms(duf, mf, vf, vpw[t], mpw[t], Co, Ci, filled, KM, KV, first, bf16)
                     first = False
                     filled = 0
                 _plane4(pf, x[n], PH, PW, 4 * TH + 2, 4 * TW + 2)
@@ -473,7 +539,12 @@ def conv2d_backward_winograd4_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, m
             if need_dx:
                 _input_tiles4(vx, gp, sc, Wg, Co, THx, TWx, (n - g0) * TPX, KVX)
         if need_dx:
-            _gemms4(mx, KMX, vx, KVX, U2f, (g1 - g0) * TPX, Co, Ci)  # the input gradient's M (tiles, Ci)
+            if bf16:  # the input gradient's M (tiles, Ci)
+                vh = vxh[t].reshape(vxh.shape[1])
+                round_bf16(vh, 0, vx, 0, 36 * KVX)
+                _gemms4_pairs(mx, KMX, vh, KVX, U2h, (g1 - g0) * TPX, Co, Ci)
+            else:
+                _gemms4(mx, KMX, vx, KVX, U2f, (g1 - g0) * TPX, Co, Ci)
             yf = yw[t].reshape(yw.shape[1])[:16 * TPX * Ci]
             for n in range(g0, g1):
                 _output_tiles4(yf, mx, sc, Ci, THx, TWx, (n - g0) * TPX, KMX)
@@ -486,6 +557,6 @@ def conv2d_backward_winograd4_part(c, dx, du_parts, db_parts, gw, gpw, pw, vw, m
                     dx[n][:, Hx:] = np.float32(0.0)
                     dx[n][:, :Hx, Wx:] = np.float32(0.0)
     if need_dw:
-        _weight_gemms4(duf, mf, vf, Co, Ci, filled, KM, KV, first)
+        _weight_gemms(duf, mf, vf, vpw[t], mpw[t], Co, Ci, filled, KM, KV, first, bf16)
     else:
         duf[:] = np.float32(0.0)
