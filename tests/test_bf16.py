@@ -243,7 +243,8 @@ def test_train_py_precision_flag(tmp_path, capsys):
     assert main(["--data", data, "--arch", arch, "--epochs", "1", "--precision", "bf16", "--metrics-out",
                  str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "precision bf16" in lines[0] and ("AVX512_BF16" in lines[0]) == bf16_unit(), lines[0]
+    assert lines[0].endswith(describe_unit("bf16")), lines[0]
+    assert ("bf16 on AVX512_BF16" in lines[0]) == bf16_unit(), lines[0]
     assert lines[1].startswith("precision bf16: no layer of this network has bf16 kernels"), lines[1]
     import json
 
