@@ -63,7 +63,7 @@ def workloads() -> None:
                   lambda n: nc.RMSProp(n, lr=1e-3, momentum=0.9, centered=True),
                   lambda n: nc.SGD(n, lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4,
                                    groups=[{"params": ["*.bias"], "lr_scale": 64.0}],
-                                   lookahead={"k": 5, "alpha": 0.5, "buffers": True})]
+                                   lookahead={"k": 2, "alpha": 0.5, "buffers": True})]
     for spec, shape in nets:
         x = rng.random((20, *shape), dtype=np.float32)
         y = np.arange(20) % 10

@@ -399,6 +399,12 @@ class Sequential:
         ``grads`` buffers, in buffer order."""
         return [(key, sl) for key, _, _, sl, _ in self._slots]
 
+    @property
+    def freeze_changes(self) -> int:
+        """A count that moves whenever any layer is frozen or unfrozen (``Layer.freeze_changes``):
+        what follows from the frozen set may be kept while it stays."""
+        return Layer.freeze_changes
+
     def is_frozen(self, name: str) -> bool:
         """Whether parameter ``name`` ("3.weight", "2.body.0.bias") is frozen (``Layer.freeze``)."""
         i, _, pname = name.partition(".")

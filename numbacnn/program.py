@@ -172,11 +172,12 @@ class StepProgram:
         be, net = self.backend, self.net
         h = net.through(self.x, training=True)
         if self.regress:
-            be.regression_loss(self.dlogits, self.losses, h, self.y, self.delta)
-            be.loss_stats(self.stats, self.losses)
+            be.run("regression_loss", self.dlogits, self.losses, h, self.y, float(self.delta))
+            be.run("loss_stats", self.stats, self.losses)
         else:
-            be.softmax_cross_entropy(self.dlogits, self.losses, h, self.y, self.label_smoothing)
-            be.step_stats(self.stats, self.losses, h, self.y)
+            be.run("softmax_cross_entropy", self.dlogits, self.losses, h, self.y,
+                   float(self.label_smoothing))
+            be.run("step_stats", self.stats, self.losses, h, self.y)
         net.through_backward(self.dlogits, need_input_grad=False)
         net._can_backward = True
         return h

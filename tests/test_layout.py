@@ -155,6 +155,47 @@ def test_no_switch_over_layer_types_outside_the_layers():
     assert found == []
 
 
+def test_kernels_are_called_one_way_by_their_declared_names():
+    """Layers, optimizers and the step programs call a kernel one way, ``backend.run(NAME, ...)``,
+    with NAME declared for export on the CPU (``kernel(export=True)``) and as a CUDA launcher
+    (``@declare``); no backend offers an operation of a kernel's name, and nothing outside the
+    backends calls a kernel as a backend method."""
+    from numbacnn.backend.base import Backend
+    from numbacnn.backend.cpu import CpuBackend
+    from numbacnn.kernels import cpu as K
+
+    cuda_declared = set()
+    for _, tree in _modules(os.path.join(PKG, "kernels", "cuda")):
+        cuda_declared.update(n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                             and any(getattr(d, "id", "") == "declare" for d in n.decorator_list))
+    kernel_names = set(K.__all__)
+    runs, as_methods = {}, []
+    for rel, tree in _modules(PKG):
+        if rel.startswith((os.path.join("numbacnn", "kernels"), os.path.join("numbacnn", "backend"))):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr == "run" and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                runs.setdefault(node.args[0].value, f"{rel}:{node.lineno}")
+            elif node.func.attr in kernel_names - {"batchnorm_fold"} and \
+                    ("backend" in (owner := ast.unparse(node.func.value)) or owner == "be"):
+                as_methods.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}")
+    assert len(runs) >= 30, sorted(runs)  # the layers' kernels are found, not an empty scan
+    assert {n: at for n, at in runs.items() if n not in kernel_names} == {}, "not declared on the CPU"
+    assert {n: at for n, at in runs.items() if n not in cuda_declared} == {}, "not declared for CUDA"
+    assert as_methods == []
+    backends = [Backend, CpuBackend]
+    try:
+        from numbacnn.backend.cuda import CudaBackend
+        backends.append(CudaBackend)
+    except ImportError:  # no numba.cuda here: its class is read as source instead
+        pass
+    offered = sorted(f"{b.__name__}.{n}" for b in backends for n in vars(b) if n in kernel_names)
+    assert offered == ["Backend.batchnorm_fold"]  # the fold keeps a device's records (_fold_records)
+
+
 def test_tuning_is_one_table_each_entry_with_a_reason_and_a_measurement():
     """Every constant of numbacnn/tuning.py has a one-line ``why:`` and a ``measure:`` line that
     benchmarks/tune.py takes (its own name, two values or more, a network and an input that

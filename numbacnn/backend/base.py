@@ -1,13 +1,14 @@
 """The backend interface: the operations every device offers, with one signature and one meaning.
 
-Layers and optimizers call ``layer.backend.<operation>`` and never branch on the device. Arrays are
-the backend's own (numpy on the CPU, numba device arrays on CUDA); outputs come first, then
-inputs and parameters, then sizes, as in the kernels. Shapes: NCHW float32, argmax int32 holding
+Layers, optimizers and the loss call a kernel by its declared name, ``backend.run("relu_forward", y,
+x)``, and never branch on the device; a backend's own operations are its arrays, its convolution
+plans and the BatchNorm fold (which keeps a device's records). Arrays are the backend's own (numpy
+on the CPU, numba device arrays on CUDA); outputs come first, then inputs and parameters, then
+sizes, as in the kernels. Shapes: NCHW float32, argmax int32 holding
 an index into each example's (H * W) input plane (or into a fused conv's output row).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -188,58 +189,17 @@ class Backend:
     def workspace(self) -> Workspace:
         return Workspace(self)
 
-    # --- layers -----------------------------------------------------------------------------------
-    def run(self, module: str, name: str, *args: Any) -> None:
-        """Launch kernel ``name`` of this device's kernel file ``module`` (``kernels/cpu/<module>.py``,
-        ``kernels/cuda/<module>.py``: the same name, signature and meaning on every device). How
-        a layer calls its kernels without an operation of its own in the backends."""
-        key = (self.kernels.__name__, module, name)
-        fn = _KERNELS.get(key)
-        if fn is None:
-            fn = _KERNELS[key] = getattr(importlib.import_module(f"{key[0]}.{module}"), name)
-        launch(fn, *args)
+    # --- kernels --------------------------------------------------------------------------------
+    def run(self, name: str, *args: Any) -> None:
+        """Launch this device's kernel ``name``: one declared ``export=True`` in ``kernels/cpu`` and
+        as a launcher in ``kernels/cuda``, with the same name, signature and meaning on every device
+        (outputs first, then inputs and parameters, then sizes). The one way layers, optimizers and
+        the loss call kernels; a new kernel needs no operation of its own here."""
+        launch(getattr(self.kernels, name), *args)
 
     def conv_plan(self, geometry: ConvGeometry) -> ConvPlan:
         """The convolution strategy for this layer shape; the one place where it is chosen."""
         raise NotImplementedError
-
-    # The operations below call the kernel module's function of the same name, whose signature is
-    # the same on every backend; a backend overrides those where its kernels differ.
-    def maxpool2d_forward(self, y, argmax, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        launch(self.kernels.maxpool2d_forward, y, argmax, x, *kernel, *stride, *padding)
-
-    def maxpool2d_backward(self, dx, dy, argmax, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        launch(self.kernels.maxpool2d_backward, dx, dy, argmax, *kernel, *stride, *padding)
-
-    def avgpool2d_forward(self, y, x, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        launch(self.kernels.avgpool2d_forward, y, x, *kernel, *stride, *padding)
-
-    def avgpool2d_backward(self, dx, dy, kernel: Pair, stride: Pair, padding: Pair) -> None:
-        launch(self.kernels.avgpool2d_backward, dx, dy, *kernel, *stride, *padding)
-
-    def global_avgpool2d_forward(self, y, x) -> None:
-        """y (N, C) = plane means of x (N, C, S)."""
-        launch(self.kernels.global_avgpool2d_forward, y, x)
-
-    def global_avgpool2d_backward(self, dx, dy) -> None:
-        launch(self.kernels.global_avgpool2d_backward, dx, dy)
-
-    def batchnorm_forward_train(self, y, mean, invstd, running_mean, running_var, num_batches, x,
-                                weight, bias, eps: float, momentum: float, relu: bool) -> None:
-        """Arrays (N, C, S) and (C,): normalise with the batch statistics, update the running ones."""
-        launch(self.kernels.batchnorm_forward_train, y, mean, invstd, running_mean, running_var,
-               num_batches, x, weight, bias, eps, momentum, relu)
-
-    def batchnorm_forward_eval(self, y, mean, invstd, x, running_mean, running_var, weight, bias,
-                               eps: float, relu: bool) -> None:
-        launch(self.kernels.batchnorm_forward_eval, y, mean, invstd, x, running_mean, running_var,
-               weight, bias, eps, relu)
-
-    def batchnorm_backward(self, dx, dweight, dbias, dy, x, y, mean, invstd, weight, relu: bool,
-                           batch_stats: bool) -> None:
-        """dx may be None (input gradient not needed)."""
-        launch(self.kernels.batchnorm_backward, dx if dx is not None else dy, dweight, dbias, dy, x, y,
-               mean, invstd, weight, relu, batch_stats, dx is not None)
 
     def batchnorm_fold(self, ws: Workspace, wf, bf, w, b, weight, bias, running_mean, running_var,
                        eps: float) -> Any:
@@ -255,88 +215,5 @@ class Backend:
         """The fold's record of its inputs (n + 1 int32) and its count (1 int32); empty: none."""
         return _NO_RECORD, _NO_RECORD
 
-    def normalize_forward(self, y, x, mean, std) -> None:
-        """y = (x - mean[c]) / std[c] on (N, C, S) arrays."""
-        launch(self.kernels.normalize_forward, y, x, mean, std)
-
-    def normalize_backward(self, dx, dy, std) -> None:
-        launch(self.kernels.normalize_backward, dx, dy, std)
-
-    def add(self, y, a, b, relu: bool = False) -> None:
-        """y = a + b, flat; max(a + b, 0) with ``relu``."""
-        launch(self.kernels.add, y, a, b, relu)
-
-    def dense_forward(self, y, x, w, b) -> None:
-        launch(self.kernels.dense_forward, y, x, w, b)
-
-    def dense_backward(self, dx, dw, db, dy, x, w, need_dw: bool = True) -> None:
-        """dx may be None (input gradient not needed); dw is zeros unless ``need_dw``."""
-        launch(self.kernels.dense_backward, dx, dw, db, dy, x, w, dx is not None, need_dw)
-
-    def relu_forward(self, y, x) -> None:
-        launch(self.kernels.relu_forward, y, x)
-
-    def relu_backward(self, dx, dy, y) -> None:
-        launch(self.kernels.relu_backward, dx, dy, y)
-
-    def tanh_forward(self, y, x) -> None:
-        launch(self.kernels.tanh_forward, y, x)
-
-    def tanh_backward(self, dx, dy, y) -> None:
-        launch(self.kernels.tanh_backward, dx, dy, y)
-
-    def dropout_forward(self, y, mask, x, state, threshold: int, scale: float) -> None:
-        """y = x * mask, the mask drawn from ``state`` (seed, draw, offset; see
-        kernels/cpu/dropout.py) with drop threshold ``threshold`` (0: keep all) and keep value
-        ``scale``; a draw (threshold > 0) advances the state's draw number."""
-        launch(self.kernels.dropout_forward, y, mask, x, state, int(threshold), float(scale))
-        if threshold:
-            launch(self.kernels.dropout_advance, state)
-
-    def dropout_backward(self, dx, dy, mask) -> None:
-        launch(self.kernels.dropout_backward, dx, dy, mask)
-
-    # --- optimizers (flat parameter, gradient and state buffers) -------------------------------
-    def sgd_update(self, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step) -> None:
-        launch(self.kernels.sgd_update, p, g, buf, lr, momentum, dampening, weight_decay, nesterov,
-               first_step)
-
-    def rmsprop_update(self, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, momentum,
-                       centered) -> None:
-        launch(self.kernels.rmsprop_update, p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay,
-               momentum, centered)
-
-    def adam_update(self, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled=False) -> None:
-        launch(self.kernels.adam_update, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step,
-               bool(decoupled))
-
-    # --- loss -----------------------------------------------------------------------------------
-    def softmax_cross_entropy(self, dlogits, losses, logits, y, smoothing: float = 0.0) -> None:
-        """losses (N,) float64 per example and dlogits (N, K), the gradient of their mean; with
-        ``smoothing``, against label-smoothed targets."""
-        launch(self.kernels.softmax_cross_entropy, dlogits, losses, logits, y, float(smoothing))
-
-    def step_stats(self, stats, losses, logits, y) -> None:
-        """stats (2,) float64: the mean of ``losses`` and the count of rows whose largest logit
-        (the first, on ties) is the label."""
-        launch(self.kernels.step_stats, stats, losses, logits, y)
-
-    def copy(self, dst, src) -> None:
-        """dst[...] = src for 4-D arrays of one shape, either a strided view (a slice of channels)."""
-        launch(self.kernels.copy_strided, dst, src)
-
-    def regression_loss(self, dout, losses, out, target, delta: float = 0.0) -> None:
-        """losses (N,) float64 per example and dout (N, K), the gradient of the batch mean of
-        squared errors (``delta`` 0) or Huber losses of ``out`` against ``target``."""
-        launch(self.kernels.regression_loss, dout, losses, out, target, float(delta))
-
-    def loss_stats(self, stats, losses) -> None:
-        """stats (2,) float64: the mean of ``losses``, and 0 (a regression step counts no hits)."""
-        launch(self.kernels.loss_stats, stats, losses)
-
-    def softmax(self, out, logits) -> None:
-        launch(self.kernels.softmax, out, logits)
-
 
 _INSTANCES: dict[type, Backend] = {}
-_KERNELS: dict[tuple[str, str, str], Any] = {}  # (kernel package, file, name) -> kernel

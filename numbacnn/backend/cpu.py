@@ -10,7 +10,6 @@ import numpy as np
 from .. import tuning as T
 from ..kernels import cpu as K
 from .base import Backend, ConvGeometry, ConvPlan, Shape, Workspace
-from .calls import launch
 from .cpu_conv import (
     DirectPlan,
     GemmPlan,
@@ -21,8 +20,6 @@ from .cpu_conv import (
     WidePlan,
     WinogradPlan,
 )
-
-_NO_DX = np.empty((1, 1), np.float32)  # dense_backward's dx when the input gradient is not needed
 
 
 class CpuBackend(Backend):
@@ -71,6 +68,3 @@ class CpuBackend(Backend):
         else:
             plan = GemmPlan
         return plan(geometry)
-
-    def dense_backward(self, dx, dw, db, dy, x, w, need_dw: bool = True) -> None:
-        launch(K.dense_backward, _NO_DX if dx is None else dx, dw, db, dy, x, w, dx is not None, need_dw)

@@ -68,10 +68,10 @@ class ReLU(_Elementwise):
         return super().backward(dy, need_dx)
 
     def _apply(self, y, x, training):
-        self.backend.relu_forward(y, x)
+        self.backend.run("relu_forward", y, x)
 
     def _apply_backward(self, dx, dy):
-        self.backend.relu_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self.backend.run("relu_backward", dx, dy, self._buffers["y"].reshape(-1))
 
 
 @register
@@ -87,10 +87,10 @@ class Tanh(_Elementwise):
         return torch.nn.Tanh()
 
     def _apply(self, y, x, training):
-        self.backend.tanh_forward(y, x)
+        self.backend.run("tanh_forward", y, x)
 
     def _apply_backward(self, dx, dy):
-        self.backend.tanh_backward(dx, dy, self._buffers["y"].reshape(-1))
+        self.backend.run("tanh_backward", dx, dy, self._buffers["y"].reshape(-1))
 
 
 @register
@@ -113,10 +113,10 @@ class GELU(_Elementwise):
 
     def _apply(self, y, x, training):
         self._x = x  # the backward's input: GELU' is a function of x
-        self.backend.run("activations", "gelu_forward", y, x, self.approximate == "tanh")
+        self.backend.run("gelu_forward", y, x, self.approximate == "tanh")
 
     def _apply_backward(self, dx, dy):
-        self.backend.run("activations", "gelu_backward", dx, dy, self._x, self.approximate == "tanh")
+        self.backend.run("gelu_backward", dx, dy, self._x, self.approximate == "tanh")
 
     def onnx(self, graph: Any, x: str) -> str:
         # opset 17 has no Gelu operator: the formula in Erf (or Tanh), Mul and Add
@@ -158,10 +158,10 @@ class Scale(_Elementwise):
         self.factor = float(factor)
 
     def _apply(self, y, x, training):
-        self.backend.run("activations", "scale", y, x, self.factor)
+        self.backend.run("scale", y, x, self.factor)
 
     def _apply_backward(self, dx, dy):
-        self.backend.run("activations", "scale", dx, dy, self.factor)
+        self.backend.run("scale", dx, dy, self.factor)
 
     def onnx(self, graph: Any, x: str) -> str:
         return graph.node("Mul", [x, graph.const(self.factor)], "scale")
@@ -189,10 +189,10 @@ class _Gate(_Elementwise):
 
     def _apply(self, y, x, training):
         self._x = x
-        self.backend.run("gates", "gate_forward", y, x, self.code)
+        self.backend.run("gate_forward", y, x, self.code)
 
     def _apply_backward(self, dx, dy):
-        self.backend.run("gates", "gate_backward", dx, dy, self._x, self.code)
+        self.backend.run("gate_backward", dx, dy, self._x, self.code)
 
 
 @register

@@ -103,22 +103,22 @@ class BatchNorm2D(Layer):
         mean, invstd = self._buf("mean", (c,)), self._buf("invstd", (c,))
         self._x, self._y, self._batch_stats = x3, y3, bool(training)
         if training:
-            be.batchnorm_forward_train(y3, mean, invstd, self.running_mean, self.running_var,
-                                       self.num_batches_tracked, x3, self.weight, self.bias, self.eps,
-                                       self.momentum, self.fusion.relu)
+            be.run("batchnorm_forward_train", y3, mean, invstd, self.running_mean, self.running_var,
+                   self.num_batches_tracked, x3, self.weight, self.bias, self.eps, self.momentum,
+                   self.fusion.relu)
         else:
-            be.batchnorm_forward_eval(y3, mean, invstd, x3, self.running_mean, self.running_var,
-                                      self.weight, self.bias, self.eps, self.fusion.relu)
+            be.run("batchnorm_forward_eval", y3, mean, invstd, x3, self.running_mean, self.running_var,
+                   self.weight, self.bias, self.eps, self.fusion.relu)
         return self._buffers["y"]
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._in_shape or ())
         n, c, s = self._x.shape
         dx = self._buf("dx", self._input()) if need_dx else None
-        self.backend.batchnorm_backward(None if dx is None else dx.reshape(n, c, s), self.dweight,
-                                        self.dbias, dy.reshape(n, c, s), self._x, self._y,
-                                        self._buffers["mean"], self._buffers["invstd"], self.weight,
-                                        self.fusion.relu, self._batch_stats)
+        dy3 = dy.reshape(n, c, s)
+        self.backend.run("batchnorm_backward", dy3 if dx is None else dx.reshape(n, c, s), self.dweight,
+                         self.dbias, dy3, self._x, self._y, self._buffers["mean"], self._buffers["invstd"],
+                         self.weight, self.fusion.relu, self._batch_stats, dx is not None)
         return dx
 
     def __getstate__(self) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class Concat(Block):
             for layer in branch:
                 h = layer.infer(h) if inference else layer.forward(h, training)
             c = h.shape[1]
-            self.backend.copy(y4[:, at:at + c], h.reshape(n, c, 1, rest))
+            self.backend.run("copy_strided", y4[:, at:at + c], h.reshape(n, c, 1, rest))
             at += c
         return y
 
@@ -85,7 +85,7 @@ class Concat(Block):
         for i, (shape, branch) in enumerate(zip(self._shapes(self._input()[1:]), self.branches)):
             c = shape[0]
             g: Any = self._buf(f"dy{i}", (n, *shape))
-            self.backend.copy(g.reshape(n, c, 1, rest), dy4[:, at:at + c])
+            self.backend.run("copy_strided", g.reshape(n, c, 1, rest), dy4[:, at:at + c])
             at += c
             for j in range(len(branch) - 1, -1, -1):
                 g = branch[j].backward(g, need_dx=need_dx or j > 0)
@@ -94,9 +94,9 @@ class Concat(Block):
             return None
         dx = self._buf("dx", self._input())
         flat = dx.reshape(-1)
-        self.backend.add(flat, grads[0].reshape(-1), grads[1].reshape(-1))
+        self.backend.run("add", flat, grads[0].reshape(-1), grads[1].reshape(-1), False)
         for g in grads[2:]:
-            self.backend.add(flat, flat, g.reshape(-1))
+            self.backend.run("add", flat, flat, g.reshape(-1), False)
         return dx
 
     def onnx(self, graph: Any, x: str) -> str:

@@ -76,15 +76,16 @@ class Dense(Layer):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         self._x = self.backend.asarray(x)
-        self.backend.dense_forward(y, self._x, self.weight, self.bias)
+        self.backend.run("dense_forward", y, self._x, self.weight, self.bias)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         n = self._in_shape[0] if self._in_shape else 0
         dy = self._check_grad(dy, (n, self.out_features))
         dx = self._buf("dx", self._input()) if need_dx else None
-        self.backend.dense_backward(dx, self.dweight, self.dbias, dy, self._x, self.weight,
-                                    not self.is_frozen("weight"))
+        # without dx the kernel writes none: a (1, 1) stand-in keeps its signature
+        self.backend.run("dense_backward", self._buf("no_dx", (1, 1)) if dx is None else dx, self.dweight,
+                         self.dbias, dy, self._x, self.weight, dx is not None, not self.is_frozen("weight"))
         return dx
 
     def get_config(self) -> dict[str, Any]:

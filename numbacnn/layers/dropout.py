@@ -101,12 +101,16 @@ class Dropout(_Elementwise):
 
     def _apply(self, y, x, training):
         # threshold 0 (evaluation): a mask of ones, nothing drawn
-        self.backend.dropout_forward(y, self._buf("mask", x.shape), x, self._state,
-                                     self.threshold if training else 0,
-                                     1.0 / (1.0 - self.p) if training else 1.0)
+        # the mask drawn from the state (seed, draw, offset; kernels/cpu/dropout.py) with the drop
+        # threshold (0: keep all) and the keep value; a draw advances the state's draw number
+        threshold = self.threshold if training else 0
+        self.backend.run("dropout_forward", y, self._buf("mask", x.shape), x, self._state, int(threshold),
+                         1.0 / (1.0 - self.p) if training else 1.0)
+        if threshold:
+            self.backend.run("dropout_advance", self._state)
 
     def _apply_backward(self, dx, dy):
-        self.backend.dropout_backward(dx, dy, self._buffers["mask"])
+        self.backend.run("dropout_backward", dx, dy, self._buffers["mask"])
 
     def get_config(self) -> dict[str, Any]:
         return {"p": self.p}

@@ -70,8 +70,8 @@ class Normalize(Layer):
         out_shape = self._check_input(x)
         n, c = out_shape[0], self.num_channels
         y = self._buf("y", out_shape)
-        self.backend.normalize_forward(y.reshape(n, c, -1), self.backend.asarray(x).reshape(n, c, -1),
-                                       self.mean, self.std)
+        self.backend.run("normalize_forward", y.reshape(n, c, -1),
+                         self.backend.asarray(x).reshape(n, c, -1), self.mean, self.std)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -81,7 +81,7 @@ class Normalize(Layer):
             return None
         dx = self._buf("dx", shape)
         n, c = shape[0], shape[1]
-        self.backend.normalize_backward(dx.reshape(n, c, -1), dy.reshape(n, c, -1), self.std)
+        self.backend.run("normalize_backward", dx.reshape(n, c, -1), dy.reshape(n, c, -1), self.std)
         return dx
 
     def get_config(self) -> dict[str, Any]:

@@ -110,8 +110,8 @@ class MaxPool2D(_Pool2D):
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
         argmax = self._buf("argmax", out_shape, np.int32)
-        self.backend.maxpool2d_forward(y, argmax, self.backend.asarray(x), self.kernel_size,
-                                       self.stride, self.padding)
+        self.backend.run("maxpool2d_forward", y, argmax, self.backend.asarray(x), *self.kernel_size,
+                         *self.stride, *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -122,8 +122,8 @@ class MaxPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._input())
-        self.backend.maxpool2d_backward(dx, dy, self._buffers["argmax"], self.kernel_size, self.stride,
-                                        self.padding)
+        self.backend.run("maxpool2d_backward", dx, dy, self._buffers["argmax"], *self.kernel_size,
+                         *self.stride, *self.padding)
         return dx
 
 
@@ -145,8 +145,8 @@ class AvgPool2D(_Pool2D):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        self.backend.avgpool2d_forward(y, self.backend.asarray(x), self.kernel_size, self.stride,
-                                       self.padding)
+        self.backend.run("avgpool2d_forward", y, self.backend.asarray(x), *self.kernel_size, *self.stride,
+                         *self.padding)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -154,7 +154,7 @@ class AvgPool2D(_Pool2D):
         if not need_dx:
             return None
         dx = self._buf("dx", self._input())
-        self.backend.avgpool2d_backward(dx, dy, self.kernel_size, self.stride, self.padding)
+        self.backend.run("avgpool2d_backward", dx, dy, *self.kernel_size, *self.stride, *self.padding)
         return dx
 
 
@@ -193,7 +193,7 @@ class GlobalAvgPool2D(Layer):
         out_shape = self._check_input(x)
         n, c, h, w = self._in_shape  # type: ignore[misc]
         y = self._buf("y", out_shape)
-        self.backend.global_avgpool2d_forward(y, self.backend.asarray(x).reshape(n, c, h * w))
+        self.backend.run("global_avgpool2d_forward", y, self.backend.asarray(x).reshape(n, c, h * w))
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -202,7 +202,7 @@ class GlobalAvgPool2D(Layer):
         if not need_dx:
             return None
         dx = self._buf("dx", shape)
-        self.backend.global_avgpool2d_backward(dx.reshape(shape[0], shape[1], -1), dy)
+        self.backend.run("global_avgpool2d_backward", dx.reshape(shape[0], shape[1], -1), dy)
         return dx
 
 

@@ -35,9 +35,9 @@ class _Pool1D(Layer):
                              f"{padding!r}, kernel_size={kernel_size!r}")
 
     @property
-    def window(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-        """The 2-D kernels' (kernel, stride, padding) on the (N, C, 1, L) view."""
-        return (1, self.kernel), (1, self.step), (0, self.pad)
+    def window(self) -> tuple[int, int, int, int, int, int]:
+        """The 2-D kernels' kernel, stride and padding (height, width each) on the (N, C, 1, L) view."""
+        return 1, self.kernel, 1, self.step, 0, self.pad
 
     def output_shape(self, in_shape: Shape) -> Shape:
         c, length = series_shape(in_shape, self._label())
@@ -100,11 +100,11 @@ class MaxPool1D(_Pool1D):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         x4, y, shape4 = self._views(x)
         argmax = self._buf("argmax", shape4, np.int32)
-        self.backend.maxpool2d_forward(y.reshape(shape4), argmax, x4, *self.window)
+        self.backend.run("maxpool2d_forward", y.reshape(shape4), argmax, x4, *self.window)
         return y
 
     def _backward(self, dx4: Any, dy4: Any) -> None:
-        self.backend.maxpool2d_backward(dx4, dy4, self._buffers["argmax"], *self.window)
+        self.backend.run("maxpool2d_backward", dx4, dy4, self._buffers["argmax"], *self.window)
 
 
 @register
@@ -121,11 +121,11 @@ class AvgPool1D(_Pool1D):
 
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         x4, y, shape4 = self._views(x)
-        self.backend.avgpool2d_forward(y.reshape(shape4), x4, *self.window)
+        self.backend.run("avgpool2d_forward", y.reshape(shape4), x4, *self.window)
         return y
 
     def _backward(self, dx4: Any, dy4: Any) -> None:
-        self.backend.avgpool2d_backward(dx4, dy4, *self.window)
+        self.backend.run("avgpool2d_backward", dx4, dy4, *self.window)
 
 
 @register
@@ -151,7 +151,7 @@ class GlobalAvgPool1D(Layer):
     def forward(self, x: np.ndarray, training: bool = False) -> np.ndarray:
         out_shape = self._check_input(x)
         y = self._buf("y", out_shape)
-        self.backend.global_avgpool2d_forward(y, self.backend.asarray(x))
+        self.backend.run("global_avgpool2d_forward", y, self.backend.asarray(x))
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -160,7 +160,7 @@ class GlobalAvgPool1D(Layer):
         if not need_dx:
             return None
         dx = self._buf("dx", shape)
-        self.backend.global_avgpool2d_backward(dx, dy)
+        self.backend.run("global_avgpool2d_backward", dx, dy)
         return dx
 
 
@@ -188,7 +188,7 @@ class GlobalMaxPool1D(Layer):
         y = self._buf("y", (n, c))
         argmax = self._buf("argmax", (n, c, 1, 1), np.int32)
         x4 = self.backend.asarray(x).reshape(n, c, 1, length)
-        self.backend.maxpool2d_forward(y.reshape(n, c, 1, 1), argmax, x4, (1, length), (1, length), (0, 0))
+        self.backend.run("maxpool2d_forward", y.reshape(n, c, 1, 1), argmax, x4, 1, length, 1, length, 0, 0)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
@@ -198,7 +198,7 @@ class GlobalMaxPool1D(Layer):
             return None
         n, c, length = shape
         dx = self._buf("dx", shape)
-        self.backend.maxpool2d_backward(dx.reshape(n, c, 1, length), dy.reshape(n, c, 1, 1),
-                                        self._buffers["argmax"], (1, length), (1, length), (0, 0))
+        self.backend.run("maxpool2d_backward", dx.reshape(n, c, 1, length), dy.reshape(n, c, 1, 1),
+                         self._buffers["argmax"], 1, length, 1, length, 0, 0)
         return dx
 

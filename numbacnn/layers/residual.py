@@ -126,14 +126,15 @@ class Residual(Block):
         for layer in self.shortcut or []:
             s = layer.infer(s) if inference else layer.forward(s, training)
         y = self._buf("y", out_shape)
-        self.backend.add(y.reshape(-1), h.reshape(-1), s.reshape(-1), relu=self.fusion.relu)
+        self.backend.run("add", y.reshape(-1), h.reshape(-1), s.reshape(-1), self.fusion.relu)
         return y
 
     def backward(self, dy: np.ndarray, need_dx: bool = True) -> np.ndarray | None:
         dy = self._check_grad(dy, self._buffers["y"].shape if "y" in self._buffers else ())
         if self.fusion.relu:  # the gradient through the ReLU that the forward applied
             masked = self._buf("dy_relu", dy.shape)
-            self.backend.relu_backward(masked.reshape(-1), dy.reshape(-1), self._buffers["y"].reshape(-1))
+            self.backend.run("relu_backward", masked.reshape(-1), dy.reshape(-1),
+                             self._buffers["y"].reshape(-1))
             dy = masked
         grads: list[Any] = []
         for _, path in self.paths():
@@ -145,7 +146,7 @@ class Residual(Block):
             return None
         dx = self._buf("dx", self._input())
         short = grads[1] if self.shortcut else dy
-        self.backend.add(dx.reshape(-1), grads[0].reshape(-1), short.reshape(-1))
+        self.backend.run("add", dx.reshape(-1), grads[0].reshape(-1), short.reshape(-1), False)
         return dx
 
     def get_config(self) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def gelu_forward_block(i, y, x, tanh_form):
     _gelu_block(y[lo:hi], x[lo:hi], tanh_form)
 
 
-@kernel()
+@kernel(export=True)
 def gelu_backward(dx, dy, x, tanh_form):
     """dx = dy * GELU'(x): the derivative of the forward's own formula (for the erf form,
     Phi(x) + x * phi(x) with phi the derivative of the rational erf; within 1.8e-6 of the exact

@@ -74,7 +74,7 @@ def gate_backward_block(i, dx, dy, x, op):
         ds[j] = gs[j] * d if v == v else v  # NaN in, NaN out
 
 
-@kernel(fastmath=False)
+@kernel(fastmath=False, export=True)
 def gate_backward(dx, dy, x, op):
     """dx = dy * f'(x) for the function ``op``. All (M,) flat; x is the forward's input."""
     # disjoint element ranges

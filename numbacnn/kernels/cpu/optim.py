@@ -127,7 +127,7 @@ def adam_update_part(blk, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step,
         ps[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2_sqrt + e)
 
 
-@kernel()
+@kernel(export=True)
 def lookahead_sync(fast, slow, alpha):
     """Lookahead's synchronisation (Zhang et al., 2019): slow += alpha * (fast - slow), then
     fast = slow. fast, slow: (M,) float32."""

@@ -115,11 +115,13 @@ def _gelu_backward(dx, dy, x, tanh_form):
         dx[i] = dy[i] * d
 
 
+@declare
 def gelu_forward(y, x, tanh_form):
     """y = GELU(x), exact (erf) or tanh form (as the CPU kernel; libdevice's erf and tanh here)."""
     _gelu_forward[grid(y.size)](y, x, tanh_form)
 
 
+@declare
 def gelu_backward(dx, dy, x, tanh_form):
     """dx = dy * GELU'(x) (as the CPU kernel)."""
     _gelu_backward[grid(dx.size)](dx, dy, x, tanh_form)
@@ -132,6 +134,7 @@ def _scale(y, x, a):
         y[i] = a * x[i]
 
 
+@declare
 def scale(y, x, a):
     """y = a * x (as the CPU kernel)."""
     _scale[grid(y.size)](y, x, a)

@@ -4,6 +4,7 @@ import math
 
 from numba import cuda
 
+from ..._config import declare
 from ._launch import grid
 
 
@@ -49,9 +50,11 @@ def _gate_backward(dx, dy, x, op):
         dx[i] = dy[i] * d if v == v else v
 
 
+@declare
 def gate_forward(y, x, op):
     _gate_forward[grid(y.size)](y, x, op)
 
 
+@declare
 def gate_backward(dx, dy, x, op):
     _gate_backward[grid(dx.size)](dx, dy, x, op)

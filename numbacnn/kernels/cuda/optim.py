@@ -85,6 +85,7 @@ def _lookahead_sync(fast, slow, alpha):
         fast[i] = s
 
 
+@declare
 def lookahead_sync(fast, slow, alpha):
     """slow += alpha * (fast - slow); fast = slow (as the CPU kernel)."""
     _lookahead_sync[grid(fast.size)](fast, slow, alpha)
