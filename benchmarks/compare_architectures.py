@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 import numbacnn as nc
-from numbacnn import _config
 from numbacnn.bench import torch_twin
+from numbacnn.runtime import config as _config
 
 CASES = [  # (spec, input shape)
     ("small", (1, 28, 28)),

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from numbacnn import _config
 from numbacnn.arch import build_network
+from numbacnn.runtime import config as _config
 
 
 def main() -> None:

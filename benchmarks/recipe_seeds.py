@@ -21,9 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from numbacnn import _config  # noqa: E402
 from numbacnn.data import load_dataset  # noqa: E402
 from numbacnn.recipes import AIRBENCH94, train_airbench94  # noqa: E402
+from numbacnn.runtime import config as _config  # noqa: E402
 
 
 def _seeds(text: str) -> list[int]:

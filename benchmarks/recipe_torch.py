@@ -29,9 +29,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from numbacnn import _config  # noqa: E402
 from numbacnn.bench import torch_twin  # noqa: E402
 from numbacnn.recipes import AIRBENCH94, airbench94_network, airbench94_trainer  # noqa: E402
+from numbacnn.runtime import config as _config  # noqa: E402
 from numbacnn.training import Callback, Trainer, triangle  # noqa: E402
 
 

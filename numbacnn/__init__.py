@@ -1,5 +1,4 @@
 """numbacnn: a Numba-compiled CNN trainer for multicore CPUs."""
-from ._config import get_num_threads, set_num_threads
 from .arch import PRESETS, ArchitectureError, build_network, parse_architecture
 from .augment import Augment
 from .checkpoint import CheckpointError, load, load_checkpoint, save
@@ -39,6 +38,7 @@ from .loss import softmax_cross_entropy
 from .network import Sequential
 from .onnx_export import export_onnx
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSProp, make_optimizer
+from .runtime.config import get_num_threads, set_num_threads
 from .training import DivergenceError, Trainer, TrainingInterrupted, evaluate
 
 __version__ = "0.1.0"

@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from ._text import install_hint
-from .program import TEAM_AFTER
+from .runtime.program import TEAM_AFTER
 
 NETS = ("lenet5", "mnistcnn", "modern", "resnet8")  # presets of numbacnn.arch
 SHAPE = (1, 28, 28)
@@ -105,7 +105,7 @@ def fma_peak(threads: int, seconds: float = 0.15, repeats: int = 3) -> float:
     """The machine's float32 FMA peak in GFLOP/s on ``threads`` threads, measured with its own loop
     (``_fma_chains``: independent FMA chains in registers, one row of vector lanes per thread);
     the best of ``repeats`` runs of about ``seconds``."""
-    from . import _config
+    from .runtime import config as _config
 
     before = _config.get_num_threads()
     _config.set_num_threads(threads)
@@ -243,7 +243,7 @@ def _quartiles(values: list[float]) -> str:
 
 
 def _set_threads(n: int | None, torch_mod=None) -> None:
-    from . import _config
+    from .runtime import config as _config
 
     _config.set_num_threads(n)
     if torch_mod is not None:
@@ -256,7 +256,7 @@ def _threads(n: int, torch_mod=None) -> Iterator[None]:
     can share numba's libgomp: torch.set_num_threads sets that runtime's omp_set_num_threads, which
     numbacnn's default thread count then follows (_config.default_threads); a count left at 1 by a
     one-thread configuration made later runs in the process default to one thread."""
-    from . import _config
+    from .runtime import config as _config
 
     before = (_config.get_num_threads(), torch_mod.get_num_threads() if torch_mod is not None else None)
     _set_threads(n, torch_mod)
@@ -417,7 +417,7 @@ def _child(kind: str, net: str, batch: int, steps: int, env: dict[str, str]) -> 
 
 def _runs_prebuilt() -> bool:
     """Whether this process runs the prebuilt kernels (prebuilt.py) instead of compiling."""
-    from .prebuilt import status
+    from .runtime.prebuilt import status
 
     return bool(status()["usable"])
 
@@ -491,8 +491,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numba
 
-    from . import _config
     from .device import check_device
+    from .runtime import config as _config
 
     check_device(args.device)
     from .arch import ArchitectureError, build_network

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _config, recipes
+from . import recipes
 from ._files import overwrites
 from ._text import plural
 from .arch import DEFAULT_ARCH, PRESETS, ArchitectureError, build_network
@@ -35,6 +35,7 @@ from .runconfig import (  # noqa: F401
     data_fingerprint,
     load_data,
 )
+from .runtime import config as _config
 from .training import (
     LR_SCHEDULES,
     Callback,
@@ -840,7 +841,7 @@ def main(argv: list[str] | None = None, command: Callable[[list[str] | None], in
 
 def run_compile(argv: list[str] | None = None) -> int:
     """``python -m numbacnn compile``: the kernels compiled ahead of the first run."""
-    from .compile import main as compile_main
+    from .runtime.compile import main as compile_main
 
     return compile_main(argv)
 

@@ -69,7 +69,7 @@ class DataParallel:
 
     def default_threads(self) -> int:
         """Numba threads per rank: this machine's CPUs divided among its ranks."""
-        from ._config import cpus_available
+        from .runtime.config import cpus_available
 
         return max(1, cpus_available() // self.local_size)
 
@@ -135,7 +135,7 @@ def start(threads: int | None) -> DataParallel:
         raise DistributedError("--distributed needs an MPI launcher: mpiexec -n R python -m mpi4py "
                                f"train.py --distributed ... (with mpi4py and an MPI: {EXTRA})")
     dp = DataParallel()
-    from . import _config
+    from .runtime import config as _config
 
     _config.set_num_threads(threads if threads is not None else dp.default_threads())
     return dp

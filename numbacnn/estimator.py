@@ -15,13 +15,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from . import _config, recipes
+from . import recipes
 from .arch import DEFAULT_ARCH, build_network
 from .augment import Augment
 from .data import shuffled_split, stratified_split
 from .device import check_device
 from .optimizers import make_optimizer
 from .precision import PRECISIONS, check_precision_device
+from .runtime import config as _config
 from .training import Callback, Trainer
 
 _active = 0  # fits and predictions running in this process (any thread)

@@ -43,7 +43,7 @@ def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray, sample_weight: np.n
     losses = np.empty(logits.shape[0], np.float64)
     y = y.astype(np.int64, copy=False)
     K.softmax_cross_entropy(dlogits, losses, logits, y, float(label_smoothing))
-    if sample_weight is None:  # the mean as a recorded step (numbacnn/program.py) sums it
+    if sample_weight is None:  # the mean as a recorded step (numbacnn/runtime/program.py) sums it
         stats = np.empty(2, np.float64)
         K.step_stats(stats, losses, logits, y)
         return float(stats[0]), dlogits

@@ -14,7 +14,7 @@ from .backend import Backend, get_backend
 from .kernels import cpu as K
 from .layers import Layer, Shape, folds_inside, fuse_chain
 from .precision import check_precision_device
-from .program import DeviceInference, InferenceProgram
+from .runtime.program import DeviceInference, InferenceProgram
 
 _FLOAT32 = np.dtype(np.float32)
 INFERENCE_PROGRAMS = 4  # recorded inference shapes kept per network (least recently used dropped)

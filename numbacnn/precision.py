@@ -28,7 +28,7 @@ def check_precision_device(precision: object, device: str) -> str:
 def bf16_unit() -> bool:
     """Whether this process's kernels run bf16 products on AVX512_BF16 (vdpbf16ps): the kernel
     tier's level has it where the tier serves the process, else the host has it."""
-    from . import prebuilt
+    from .runtime import prebuilt
 
     return "avx512bf16" in prebuilt.kernel_features()
 

@@ -21,7 +21,7 @@ from .augment import Augment
 from .loss import check_label_smoothing, check_loss, regression_loss, softmax_cross_entropy
 from .network import Sequential
 from .optimizers import Optimizer
-from .program import StepProgram
+from .runtime.program import StepProgram
 
 if TYPE_CHECKING:
     from .distributed import DataParallel
@@ -243,7 +243,7 @@ class Trainer:
         MPI data parallelism: each rank backpropagates its share of every (global) batch.
     step_programs : bool
         On the CPU, record each batch shape's step once and replay its kernel calls
-        (``numbacnn/program.py``; the same results bit for bit, less Python per step).
+        (``numbacnn/runtime/program.py``; the same results bit for bit, less Python per step).
     drop_last : bool
         Leave out each epoch's last, partial batch (one batch shape; the examples it would hold
         come in other epochs' batches).
@@ -537,7 +537,7 @@ class Trainer:
         return 0 if self.regress else int((out.argmax(1) == yb).sum())
 
     def _program(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray) -> StepProgram | None:
-        """The step for this batch shape (numbacnn/program.py: recorded and replayed on the CPU,
+        """The step for this batch shape (numbacnn/runtime/program.py: recorded and replayed on the CPU,
         on the device throughout on CUDA), or None where a step runs through ``Sequential``'s
         forward and backward: ``step_programs=False``, or inputs that the normal path rejects (it
         then raises its clear error)."""

@@ -120,7 +120,7 @@ WINOGRAD4_DW_TILES = 256
 # measure: WINOGRAD4_MIN_PARTS 16 64 --arch mnistcnn --input 1,28,28 --batch 128
 WINOGRAD4_MIN_PARTS = 16
 
-# --- threads and inference slices (_config.py, network.py) -------------------------------------
+# --- threads and inference slices (runtime/config.py, network.py) -------------------------------------
 # An idle OpenMP thread spins SPIN_COUNT times before it sleeps (libgomp's GOMP_SPINCOUNT; its own
 # default, 300,000, is near a millisecond), unless the user set a wait policy.
 # why: a step's many short regions then leave the core to other processes in the gaps, at no cost

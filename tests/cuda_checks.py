@@ -451,7 +451,7 @@ def test_graph_steps_equal_steps_launched_one_by_one():
     workspaces; BatchNorm, dropout, label smoothing, an optimizer step between steps."""
     import warnings
 
-    from numbacnn.program import StepProgram
+    from numbacnn.runtime.program import StepProgram
 
     rng = np.random.default_rng(6)
     x = rng.random((10, 1, 8, 8)).astype(np.float32)

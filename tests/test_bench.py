@@ -134,7 +134,7 @@ def test_pytorch_s_training_peer_is_the_faster_of_its_two_layouts(monkeypatch):
             getattr(fn, "__name__", "") == "train_step" else 1.0
 
     monkeypatch.setattr(bench, "_time_block", timed)
-    from numbacnn import _config
+    from numbacnn.runtime import config as _config
 
     before = (_config.get_num_threads(), torch.get_num_threads(), _config.default_threads())
     r = bench.bench_config("lenet5", 4, 1, 2, 0.01, use_torch=True, fma_gflops=1.0)

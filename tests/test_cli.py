@@ -12,9 +12,9 @@ import pytest
 from conftest import MNIST_DIR, ROOT, tiny_npz
 
 import numbacnn as nc
-from numbacnn import _config
 from numbacnn.cli import main
 from numbacnn.data import write_idx
+from numbacnn.runtime import config as _config
 
 TINY = ["--quiet", "--arch", "conv(4,3,padding=same),relu,maxpool(2),dense(16),relu", "--epochs", "2",
         "--lr-schedule", "constant"]

@@ -65,7 +65,7 @@ def test_two_ranks_match_one_process_and_repeat_bitwise(tmp_path, npz, opt):
     import json
 
     m = json.loads((tmp_path / "m.json").read_text())
-    from numbacnn._config import cpus_available
+    from numbacnn.runtime.config import cpus_available
 
     assert m["ranks"] == 2 and m["threads"] == max(1, cpus_available() // 2)  # cores shared out
 

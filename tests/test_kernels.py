@@ -1036,8 +1036,8 @@ def test_positions_backward_gemm_pieces_fit_the_blas_small_matrix_kernels(monkey
     """The "positions" backward cuts its GEMMs into pieces of at most small_gemm_macs() multiply-adds
     where the BLAS has small-matrix kernels (OpenBLAS's AVX-512 cores), never thinner than
     MIN_GEMM_ROWS rows, and leaves them whole elsewhere; the pieces follow the shapes only."""
-    from numbacnn import _config
     from numbacnn.backend import cpu_conv
+    from numbacnn.runtime import config as _config
 
     _config.single_thread_kernel_blas()
     monkeypatch.setattr(_config, "_blas_arch", arch)
@@ -1073,7 +1073,7 @@ def test_wide_winograd_weight_gradients_sum_over_whole_gemms_of_tiles(rng, monke
     it; a 256 -> 256 layer on 7 x 7 (16 tiles an example, 49 outputs of 64 used) with 384 tiles in
     a part: one GEMM of 256 tiles, then 128, summed, against the oracle."""
     import numbacnn.backend.cpu_conv as cc
-    from numbacnn import _config
+    from numbacnn.runtime import config as _config
 
     monkeypatch.setattr(cc, "small_gemm_macs", lambda: 900_000)  # as with OpenBLAS's small kernels
     assert tuning.WINOGRAD_DW_TILES == 256 and tuning.WINOGRAD_DW_WIDE == 256 * 256
@@ -1140,7 +1140,7 @@ def test_winograd4_wide_layer_matches_the_oracle(rng, monkeypatch, N, H, P, pool
     stated bound: errors at most 2e-5 of the largest value (F(4x4, 3x3)'s transforms reach 8: about
     5e-6 here, F(2x2, 3x3)'s about 1e-6). A frozen weight (no weight gradient) and the first layer
     (no input gradient) skip their halves."""
-    from numbacnn import _config
+    from numbacnn.runtime import config as _config
 
     monkeypatch.setattr(tuning, "WINOGRAD4_DW_TILES", 32)
     monkeypatch.setattr(_config, "grad_parts", lambda n: min(n, 2))

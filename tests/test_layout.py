@@ -41,7 +41,7 @@ def _imported(tree, rel):
 
 
 def test_kernels_hold_no_classes_and_import_nothing_above_them():
-    above = ("numbacnn.backend", "numbacnn.layers", "numbacnn.network", "numbacnn.program",
+    above = ("numbacnn.backend", "numbacnn.layers", "numbacnn.network", "numbacnn.runtime.program",
              "numbacnn.training", "numbacnn.optimizers")
     for rel, tree in _modules(os.path.join(PKG, "kernels")):
         assert not any(isinstance(n, ast.ClassDef) for n in ast.walk(tree)), rel
@@ -53,7 +53,7 @@ def test_kernels_hold_no_classes_and_import_nothing_above_them():
 # (numba.core.config, as numba documents for its settings; an environment variable would also
 # switch the prebuilt tier off and reach child processes) and the numpy alias that numba-cuda 0.30
 # needs under numpy 2.5 (before its first compile).
-THIRD_PARTY_SETTINGS = {(os.path.join("numbacnn", "_config.py"), "config"),
+THIRD_PARTY_SETTINGS = {(os.path.join("numbacnn", "runtime", "config.py"), "config"),
                         (os.path.join("numbacnn", "kernels", "cuda", "__init__.py"), "_np")}
 
 
@@ -222,14 +222,14 @@ def test_tuning_is_one_table_each_entry_with_a_reason_and_a_measurement():
         assert argv[0] == name and len([a for a in argv[1:] if not a.startswith("-")]) >= 2, (name, measure)
         arch, shape = argv[argv.index("--arch") + 1], argv[argv.index("--input") + 1]
         nc.build_network(arch, tuple(int(v) for v in shape.split(",")), 10, seed=0)
-    for rel in ("backend/cpu.py", "backend/cpu_conv.py", "network.py", "_config.py"):
+    for rel in ("backend/cpu.py", "backend/cpu_conv.py", "network.py", "runtime/config.py"):
         tree = ast.parse(open(os.path.join(PKG, rel), encoding="utf-8").read())
         thresholds = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
                       if isinstance(t, ast.Name) and t.id.isupper() and isinstance(node.value, ast.Constant)
                       and type(node.value.value) in (int, float)]
         # not tuning: GRAD_PARTS fixes the gradients' summation order (the bits), INFERENCE_PROGRAMS
         # bounds the memory of recorded predictions
-        allowed = {"_config.py": ["GRAD_PARTS"], "network.py": ["INFERENCE_PROGRAMS"]}
+        allowed = {"runtime/config.py": ["GRAD_PARTS"], "network.py": ["INFERENCE_PROGRAMS"]}
         assert thresholds == allowed.get(rel, []), (rel, thresholds)
 
 

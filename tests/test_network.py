@@ -273,7 +273,7 @@ def test_kernels_compile_at_kernel_opt_and_restore_numbas_level():
     """_config.kernel compiles at KERNEL_OPT and puts numba's level back, also after an error."""
     import numba
 
-    from numbacnn import _config
+    from numbacnn.runtime import config as _config
 
     before = numba.config.OPT
     seen = _config._compile_at_kernel_opt(lambda sig: int(numba.config.OPT))(())

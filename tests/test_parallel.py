@@ -1,4 +1,4 @@
-"""The kernels' parallel loop (numbacnn/_parallel.py): every block runs once, split over numba's
+"""The kernels' parallel loop (numbacnn/runtime/parallel.py): every block runs once, split over numba's
 threads as a prange splits; the thread count set for the caller holds; a block that raises in a
 thread raises in the caller; a cached kernel finds its blocks again in a new process."""
 import os
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from numbacnn import _config
-from numbacnn._parallel import parallel_blocks
+from numbacnn.runtime import config as _config
+from numbacnn.runtime.parallel import parallel_blocks
 
 
 @_config.kernel()

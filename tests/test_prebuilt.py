@@ -1,4 +1,4 @@
-"""The kernel tier (numbacnn/prebuilt.py, built by ``python -m numbacnn compile``): current, used from
+"""The kernel tier (numbacnn/runtime/prebuilt.py, built by ``python -m numbacnn compile``): current, used from
 an empty numba cache, computing what kernels compiled for this host compute, and ignored when they do
 not fit. CI compiles it before the tests; where none is built the tests that need one skip."""
 import json
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from numbacnn import prebuilt
 from numbacnn.kernels import cpu as K
+from numbacnn.runtime import prebuilt
 
 needs_level = pytest.mark.skipif(not prebuilt.status()["usable"], reason="no prebuilt kernels run here "
                                  "(not x86-64 Linux with AVX2 and FMA, none built for this Python and "
@@ -100,7 +100,7 @@ f4 = "wino4_u" in net.layers[5]._buffers  # F(4x4, 3x3) trained
 digests["winograd4"] = hashlib.sha256(net.params.tobytes() + net.forward(x).tobytes()).hexdigest()
 misses = {name: sum(getattr(K, name).stats.cache_misses.values()) for name in K.__all__}
 print(json.dumps({"params": out, "digests": digests, "compiled": {k: v for k, v in misses.items() if v},
-                  "level": nc.prebuilt._level_and_stamp()[0], "f4": f4}))
+                  "level": nc.runtime.prebuilt._level_and_stamp()[0], "f4": f4}))
 """
 
 
@@ -226,11 +226,11 @@ def test_a_host_without_the_level_s_features_or_another_platform_uses_none(monke
 
 def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkeypatch):
     """A helper edited in another kernel file changes the stamp (numba's own cache misses that
-    case), and so do the kernels' compile flags; a plan, a layer or a comment in _config.py does not
+    case), and so do the kernels' compile flags; a plan, a layer or a comment in runtime/config.py does not
     (the shipped binaries stay valid)."""
     import shutil
 
-    from numbacnn import _flags
+    from numbacnn.runtime import flags as _flags
 
     orig = prebuilt.source_stamp()
     copy = tmp_path / "numbacnn"
@@ -240,7 +240,8 @@ def test_the_stamp_covers_every_kernel_source_and_the_jit_flags(tmp_path, monkey
     base = prebuilt.source_stamp()
     assert base == orig
     for rel, changes in (("kernels/cpu/_util.py", True), ("kernels/cpu/pool.py", True),
-                         ("backend/team_region.py", True), ("_parallel.py", True), ("_config.py", False),
+                         ("runtime/team_region.py", True), ("runtime/parallel.py", True),
+                         ("runtime/config.py", False),
                          ("backend/cpu_conv.py", False), ("layers/conv.py", False)):
         path = copy / rel
         text = path.read_text()

@@ -1,4 +1,4 @@
-"""Recorded training steps (numbacnn/program.py): a replayed step computes what the layers' own
+"""Recorded training steps (numbacnn/runtime/program.py): a replayed step computes what the layers' own
 Python computes, bit for bit, for every layer kind, plan and optimizer, and skips that Python."""
 import pickle
 import threading
@@ -557,7 +557,7 @@ class _GraphBackend:
 def test_device_runs_go_through_the_layers_once_then_as_one_graph():
     """The first run calls the work itself, the second captures it (without running it: the graph
     launch runs it), later runs only launch; each run waits for the device."""
-    from numbacnn.program import DeviceRuns
+    from numbacnn.runtime.program import DeviceRuns
 
     be, ran = _GraphBackend(), []
     runs = DeviceRuns(be, lambda: ran.append(1))
@@ -569,7 +569,7 @@ def test_device_runs_go_through_the_layers_once_then_as_one_graph():
 
 
 def test_a_refused_capture_warns_and_runs_launch_by_launch():
-    from numbacnn.program import DeviceRuns
+    from numbacnn.runtime.program import DeviceRuns
 
     be, ran = _GraphBackend(refuse=True), []
     runs = DeviceRuns(be, lambda: ran.append(1))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .calls import launch
+from ..runtime.calls import launch
 
 _NO_RECORD = np.zeros(0, np.int32)  # a fold that keeps no record (always folds)
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _config
 from .. import tuning as T
-from .._config import small_gemm_macs
 from ..kernels import cpu as K
+from ..runtime import config as _config
+from ..runtime.calls import launch
+from ..runtime.config import small_gemm_macs
 from .base import ConvGeometry, ConvPlan, Pair, Workspace
-from .calls import launch
 
 
 def packed_from(ws: Workspace, key: str, weight: np.ndarray, version: np.ndarray | None = None

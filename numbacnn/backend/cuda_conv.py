@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..kernels import cuda as KC
+from ..runtime.calls import launch
 from .base import ConvPlan, Pair, Workspace
-from .calls import launch
 
 
 class GatherPlan(ConvPlan):

@@ -3,7 +3,7 @@
 (either or both)."""
 import numpy as np
 
-from ..._config import kernel
+from ...runtime.config import kernel
 
 
 @kernel()

@@ -8,8 +8,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel()

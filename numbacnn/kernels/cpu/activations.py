@@ -5,11 +5,11 @@ Each parallel block handles one block through slices indexed from 0 (see optim.p
 offset kept the loops from vectorising). An array of one block runs without a parallel region: opening
 one costs about 1.3 us more than the block itself at batch-1 sizes. The forwards' blocks are
 functions of their own (``X_blocks`` counts them, ``X_block(i, ...)`` runs block i) so that an
-inference program can run them in its own parallel region (backend/team.py)."""
+inference program can run them in its own parallel region (runtime/team.py)."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 _BLOCK = 8192
 

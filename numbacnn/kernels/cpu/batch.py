@@ -3,8 +3,8 @@ shifted and flipped: data augmentation), and strided 4-D copies (the weight layo
 "positions" convolution plan)."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel(fastmath=False, export=True)

@@ -5,8 +5,8 @@ One parallel block per channel sums that channel's values in float64 in one fixe
 example, then across examples), so the statistics do not depend on the thread count."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._util import unchanged_many
 
 

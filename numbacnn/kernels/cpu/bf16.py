@@ -26,7 +26,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..._config import kernel
+from ...runtime.config import kernel
 from .microkernel import LANES, ROWS, WIDE
 
 

@@ -15,7 +15,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import get_cython_function_address, intrinsic, register_jitable
 
-from ..._config import single_thread_kernel_blas
+from ...runtime.config import single_thread_kernel_blas
 
 _SYMBOL = "numbacnn_f77_sgemm"
 llvm.add_symbol(_SYMBOL, get_cython_function_address("scipy.linalg.cython_blas", "sgemm"))

@@ -12,7 +12,7 @@ channels x 9 taps a pass in the forward (_quad3x3): 1.4-1.75x the pairs on 1 -> 
 """
 import numpy as np
 
-from ..._config import kernel
+from ...runtime.config import kernel
 
 
 @kernel()

@@ -9,8 +9,8 @@ Weight gradients are accumulated per part and reduced in part order (no races).
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._util import add_row_sums, conv_out, part_bounds, zero_parts
 from .blas import sgemm
 from .microkernel import gemm_nn

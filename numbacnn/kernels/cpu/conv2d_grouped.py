@@ -9,8 +9,8 @@ so the bits depend neither on the thread count nor on how the code was compiled.
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from .microkernel import dot_rows
 
 

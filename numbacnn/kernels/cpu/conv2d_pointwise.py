@@ -5,8 +5,8 @@ added in example order (the "pointwise" plan, backend/cpu_conv.py). GEMMs throug
 single-threaded inside the parallel blocks: the same calls on any thread count, the same bits."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from .blas import sgemm
 
 

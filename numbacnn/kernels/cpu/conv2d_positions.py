@@ -22,8 +22,8 @@ where it has); the column paths' other GEMMs go through ``blas.sgemm``, one thre
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._conv_epilogue import grad_rows, max2x2, pool_scan
 from ._util import (
     add_row_sums,

@@ -17,8 +17,8 @@ GEMMs go through ``blas.sgemm``, single-threaded inside parallel blocks.
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._conv_epilogue import bias_relu, grad_rows, max2x2, pool_scan
 from ._util import add_row_sums, copy_run, part_bounds
 from .blas import sgemm

@@ -21,8 +21,8 @@ rotated by 180 degrees and their channels swapped.
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, transpose16, unchanged
 from .blas import sgemm

@@ -21,8 +21,8 @@ transpose of A^T), dg = G^T dU G; the input gradient is the forward of the outpu
 import numba
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, unchanged
 from .bf16 import gemm_pairs, pack_pairs, round_bf16

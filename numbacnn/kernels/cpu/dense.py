@@ -10,8 +10,8 @@ few cores: they stop at 32 tiles up to batch 128 (64 at 256), and at fewer for s
 (docs/performance.md)."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 from .blas import sgemm
 from .microkernel import dot_rows, gemm_nn, gemm_tn
 

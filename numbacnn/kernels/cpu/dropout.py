@@ -14,8 +14,8 @@ numbers in 64-bit arithmetic, so nothing overflows (the CUDA simulator's numpy s
 """
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 _GROUPS = 1024  # groups of four values per parallel block
 

@@ -4,8 +4,8 @@ the function as a code: 0 ReLU6, 1 sigmoid, 2 SiLU (x * sigmoid(x)), 3 hard sigm
 NaN propagates; blocks of _BLOCK elements, disjoint."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 _BLOCK = 8192
 

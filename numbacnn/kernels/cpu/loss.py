@@ -1,8 +1,8 @@
 """Softmax cross-entropy, numerically stable (max subtracted), mean over the batch."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel(fastmath=False, inline=True)

@@ -21,7 +21,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..._config import kernel
+from ...runtime.config import kernel
 from ._util import _contiguous
 from .blas import sgemm
 

@@ -1,8 +1,8 @@
 """Per-channel input normalisation, forward and backward: y = (x - mean[c]) / std[c]
 (a colour data set's channel statistics, applied by the network's first layer)."""
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel(export=True, team="blocks")

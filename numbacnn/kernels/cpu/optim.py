@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 _BLOCK = 8192
 

@@ -2,8 +2,8 @@
 padding runs its plan on the padded copy ("padded", backend/cpu_conv.py)."""
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel()

@@ -5,8 +5,8 @@ accumulate without races. Compiled without NaN-removing fast-math: NaN counts as
 """
 import numpy as np
 
-from ..._config import kernel
-from ..._parallel import parallel_blocks
+from ...runtime.config import kernel
+from ...runtime.parallel import parallel_blocks
 
 
 @kernel(fastmath=False)

@@ -16,7 +16,7 @@ import importlib as _importlib
 import pkgutil as _pkgutil
 from typing import Any as _Any
 
-from ..._config import declared as _declared
+from ...runtime.config import declared as _declared
 
 for _module in _pkgutil.iter_modules(__path__):  # each launcher is @declare'd as its module loads
     _importlib.import_module(f"{__name__}.{_module.name}")

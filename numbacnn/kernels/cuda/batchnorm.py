@@ -4,7 +4,7 @@ import math
 
 from numba import cuda, float32, float64, int64, uint32
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
 from ._launch import grid, on

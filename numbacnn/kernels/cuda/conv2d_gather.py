@@ -6,7 +6,7 @@ over the batch inside one thread per weight element (a fixed order: deterministi
 """
 from numba import cuda
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import grid, unravel4, zero_fill
 
 

@@ -3,7 +3,7 @@ output element, gradients by gather (no atomics: deterministic), as kernels/cpu/
 the same arguments and meanings, the weight gradient written whole (no parts)."""
 from numba import cuda
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import grid, unravel4, zero_fill
 from .conv2d_gather import bias_gradient
 

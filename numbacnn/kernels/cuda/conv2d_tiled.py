@@ -16,7 +16,7 @@ import math
 
 from numba import config, cuda, float32, int32
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import grid, on, zero_fill
 from .conv2d_gather import bias_gradient
 

@@ -6,7 +6,7 @@ import math
 
 from numba import cuda, float32
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import on, zero_fill
 
 BM = 32   # tile rows

@@ -3,7 +3,7 @@ seed), one thread per group of four values, so both devices draw the same masks.
 import numpy as np
 from numba import cuda
 
-from ..._config import declare
+from ...runtime.config import declare
 from ..cpu.dropout import philox4x32
 from ._launch import grid, on
 

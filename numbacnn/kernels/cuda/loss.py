@@ -3,7 +3,7 @@ import math
 
 from numba import cuda, float64
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import REDUCE_THREADS as _T
 from ._launch import block_sum as _block_sum
 from ._launch import grid, on

@@ -1,7 +1,7 @@
 """Per-channel input normalisation on the GPU (the CPU file's operations): one thread per element."""
 from numba import cuda
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import grid
 
 

@@ -3,7 +3,7 @@ import math
 
 from numba import cuda
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import grid
 
 

@@ -10,7 +10,7 @@ import math
 
 from numba import cuda, float32, int64, uint32
 
-from ..._config import declare
+from ...runtime.config import declare
 from ._launch import THREADS, grid, on, readers, window
 
 

@@ -8,7 +8,7 @@ a byte buffer (arrays without reference counting: the caller keeps them alive), 
 of a "thunk" that unpacks them and calls the kernel's compiled entry point. ``run(schedule,
 threads, x, patches)`` then takes one int64 array, four entries per row:
     (thunk, entry, n, buffer), n >= 0: a parallel kernel's block function ``block(i, *args)`` for
-        i < n, split as _parallel.parallel_blocks splits them: [n * t / T, n * (t + 1) / T) on thread t;
+        i < n, split as parallel.parallel_blocks splits them: [n * t / T, n * (t + 1) / T) on thread t;
     (thunk, entry, n, buffer), n < 0: a serial kernel ``kernel(*args)`` on thread (-1 - n) % T;
     (0, 0, 0, 0): a barrier (every call before it has finished on every thread before any call
         after it starts).
@@ -17,7 +17,7 @@ argument types (a kernel's specialisation), and both are cached like the kernels
 into the kernel tier: ``prebuilt.source_stamp`` covers this file). The calls that read the program's
 input are pointed at the caller's array by ``run`` itself. A call whose kernel raises (numba's status
 code, which a thunk returns) stops nothing else in the region, but ``run`` returns the first failed
-row plus one (0: every call succeeded), and the caller raises (backend/team.py: ``Failed``).
+row plus one (0: every call succeeded), and the caller raises (runtime/team.py: ``Failed``).
 
 This is a runtime, not arithmetic: it lives in the backend, beside the scheduler that fills its rows.
 
@@ -38,8 +38,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .._config import kernel
-from .._parallel import borrowed
+from .config import kernel
+from .parallel import borrowed
 
 _SYMBOLS = ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")
 _PREFIX = "numbacnn_"
@@ -70,7 +70,7 @@ def _omp_layer_symbols() -> list[ctypes.CDLL]:
     them for numba's "omp" threading layer (numba.np.ufunc.omppool): the process's global scope,
     then that layer's own dependencies. A process can hold two runtimes (PyTorch ships its own
     libgomp); blocks ask numba's for their thread number, so the team must be that one (checked
-    at run time: backend/team.py)."""
+    at run time: runtime/team.py)."""
     handles = [ctypes.CDLL(None)]
     try:
         from numba.np.ufunc import omppool  # type: ignore[attr-defined]

@@ -7,8 +7,9 @@ from typing import Any
 
 import numba
 
-from . import prebuilt, tuning
-from ._flags import FASTMATH, KERNEL_OPT
+from .. import tuning
+from . import prebuilt
+from .flags import FASTMATH, KERNEL_OPT
 
 
 def _wide_vectors() -> None:
@@ -91,7 +92,7 @@ TEAM_FORMS = (None, "blocks", "serial")
 def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = False, export: bool = False,
            team: str | None = None):
     """Decorator for CPU kernels: ``njit`` with the project's cache and fastmath flags, compiled at
-    KERNEL_OPT, never with ``parallel=True`` (a kernel's parallel loop is ``_parallel.parallel_blocks``),
+    KERNEL_OPT, never with ``parallel=True`` (a kernel's parallel loop is ``parallel.parallel_blocks``),
     loaded from the prebuilt kernels shipped with the package when they match (``prebuilt.py``).
     Where numba finds no writable cache directory (a read-only install without NUMBA_CACHE_DIR),
     what is not prebuilt compiles in memory, after one warning.
@@ -101,7 +102,7 @@ def kernel(fastmath: bool = True, inline: bool = False, float_division: bool = F
     check on every division kept LLVM from vectorising loops that divide (rational approximations).
 
     The declaration: ``export``: a kernel the backends call, in its package's namespace
-    (``kernels.cpu.NAME``). ``team``: how a recorded prediction's team region (backend/team.py) runs
+    (``kernels.cpu.NAME``). ``team``: how a recorded prediction's team region (runtime/team.py) runs
     it: "blocks" (its parallel split: ``NAME_blocks(*args)`` blocks, ``NAME_block(i, *args)`` runs
     block i, both in its module, as its own ``parallel_blocks`` call) or "serial" (on one thread);
     None: a team region cannot run it (its program runs call by call)."""

@@ -1,4 +1,4 @@
-"""The kernels' compile flags, chosen here: ``_config.kernel`` compiles with them and
+"""The kernels' compile flags, chosen here: ``config.kernel`` compiles with them and
 ``prebuilt`` keys the shipped binaries by them."""
 
 # Fast-math without 'nnan'/'ninf': reductions may be reordered and vectorised, but NaN and inf
@@ -6,7 +6,7 @@
 # Without 'contract' too: when the kernels' parallel loops were prange loops (numba compiles their
 # bodies again in every kernel that holds one), LLVM fused multiply-adds into FMAs differently in a
 # fresh compile and in the code numba's disk cache hands back, so the first run and later runs of
-# the same seed gave different weights. Blocks compiled once (_parallel.py) no longer differ with it
+# the same seed gave different weights. Blocks compiled once (parallel.py) no longer differ with it
 # (tests/test_prebuilt.py, tests/test_network.py pass with 'contract', 'afn' and 'arcp' on); it stays
 # off so that every result keeps its bits (the FMA blocks call llvm.fma themselves).
 FASTMATH = set({"nsz", "reassoc"})

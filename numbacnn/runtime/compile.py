@@ -1,5 +1,5 @@
 """``python -m numbacnn compile``: compile the kernels ahead of the first run, into the package's
-kernel tier (numbacnn/prebuilt.py), which later runs load instead of compiling.
+kernel tier (numbacnn/runtime/prebuilt.py), which later runs load instead of compiling.
 
 The host's instruction-set level by default; ``--all-levels`` builds every level this host can
 compile (a release building wheels does, per Python). The lowest level runs every kernel
@@ -171,7 +171,7 @@ def build(levels: list[str] | None = None, log: Any = print) -> list[str]:
             env.pop(prebuilt._BUILD_ENV, None)
         mode = "--child-record" if level == runner else "--child-compile"
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "numbacnn.compile", mode, rec], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "numbacnn.runtime.compile", mode, rec], env=env, check=True)
         if level not in wanted:
             continue
         target = os.path.join(prebuilt.FOLDER, level)

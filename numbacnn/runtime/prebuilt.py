@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-PACKAGE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # numbacnn/
 FOLDER = os.path.join(PACKAGE, "_prebuilt")
 # Instruction-set levels (the x86-64 psABI's), as LLVM CPU names, with the host features each needs;
 # a host runs the first level whose features it has. The last level is the one the build runs.
@@ -51,15 +51,15 @@ _BUILD_ENV = "NUMBACNN_PREBUILT_BUILD"  # set in the build's child processes: th
 
 # The source files outside kernels/cpu compiled into the kernels: the kernels' parallel loop and the
 # team region's runtime (its packers and its parallel region)
-_RUNTIME = (("_parallel.py",), ("backend", "team_region.py"))
+_RUNTIME = (("runtime", "parallel.py"), ("runtime", "team_region.py"))
 
 
 def source_stamp() -> str:
     """SHA-256 over the compiled sources (numbacnn/kernels/cpu/*.py in name order, then _RUNTIME's
-    files) and the compile flags that ``_config.kernel`` gives them (``_flags``):
+    files) and the compile flags that ``config.kernel`` gives them (``flags``):
     compiled code depends on every helper a kernel inlines and on those flags, and on nothing else
     (not on the plans, layers or docs)."""
-    from . import _flags
+    from . import flags as _flags
 
     folder = os.path.join(PACKAGE, "kernels", "cpu")
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
@@ -261,7 +261,7 @@ _ATTACHED: list[Any] = []  # every kernel's dispatcher (the build lists their sp
 
 
 def attach(dispatcher: Any) -> None:
-    """Give a kernel's dispatcher the tiered cache (called by ``_config.kernel``)."""
+    """Give a kernel's dispatcher the tiered cache (called by ``config.kernel``)."""
     if hasattr(dispatcher, "_cache"):
         dispatcher._cache = TieredCache(dispatcher.py_func, dispatcher._cache)
         _ATTACHED.append(dispatcher)

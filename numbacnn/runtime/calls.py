@@ -1,6 +1,6 @@
 """Kernel calls: every call that layers, convolution plans and backends make to a kernel goes
 through ``launch``, so that a training step can be captured as the list of calls it makes and
-replayed (``numbacnn/program.py``).
+replayed (``numbacnn/runtime/program.py``).
 
 Capturing is explicit: ``with capture() as calls:`` collects the calls made by this thread inside
 the block; outside one, ``launch(fn, *args)`` is just ``fn(*args)``. Nothing is patched.

@@ -3,7 +3,7 @@ with its buffers bound, on the network's device; and the inference forward of on
 (``InferenceProgram``, what ``Sequential.forward(training=False)`` runs on the CPU).
 
 On the CPU the first call runs the layers' own Python (shape checks, workspace lookups, plan
-choices) once inside ``backend.calls.capture``, which collects every kernel call the layers, plans
+choices) once inside ``runtime.calls.capture``, which collects every kernel call the layers, plans
 and backend make (dropout's masks included: the kernel draws them from a counter in its state);
 later calls gather the batch into the step's input buffers and replay those calls in order,
 through the kernels' compiled entry points (numba's type dispatch resolved once). The calls read
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .backend import team as _team
-from .backend.base import GraphError
-from .backend.calls import Call, capture
-from .kernels import cpu as K
-from .layers.base import Layer
+from ..backend.base import GraphError
+from ..kernels import cpu as K
+from ..layers.base import Layer
+from . import team as _team
+from .calls import Call, capture
 
 _FLOAT32 = np.dtype(np.float32)
 
@@ -147,7 +147,7 @@ class StepProgram:
                 moves: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
         """The batch x[idx], y[idx] (moved by ``moves``) into the step's host input buffers (on the
         CPU the step's own; on a device the staging that ``step`` copies from)."""
-        from . import augment
+        from .. import augment
 
         fast = (x.dtype == np.float32 and x.flags.c_contiguous and y.dtype == np.int64
                 and idx.dtype == np.int64)
@@ -200,7 +200,7 @@ class StepProgram:
         self._compiled = compiled(calls)
 
 
-# Runs of an inference program before it switches to one team region (backend/team.py): making the
+# Runs of an inference program before it switches to one team region (runtime/team.py): making the
 # team takes 40-50 ms (packing every call; more where a kernel specialisation's packer is neither
 # prebuilt nor cached), which a one-off prediction should not pay.
 TEAM_AFTER = 2
@@ -213,7 +213,7 @@ class InferenceProgram:
     replayed after: the same kernel calls on the same buffers, so the same bits, without the layers'
     checks and workspace lookups (tens of microseconds a call: most of a batch-1 prediction).
     From the run after TEAM_AFTER on, the calls run as one team region where they can (all of
-    them in one OpenMP parallel region, backend/team.py: a few microseconds less a kernel call).
+    them in one OpenMP parallel region, runtime/team.py: a few microseconds less a kernel call).
     ``run`` returns the last layer's buffer (overwritten by the next run). It records on a copy of
     its input in the program's own buffer; replays read a C-contiguous, writable float32 input
     where it lies (the calls that read the recording buffer, or views of it, get the caller's
@@ -288,7 +288,7 @@ class InferenceProgram:
 
     def _make_team(self) -> Any:
         """(entry point, schedule, patches) of the team running this program's calls (``patches``:
-        where team_region.run points the calls that read the input, see backend/team_region.py), or False."""
+        where team_region.run points the calls that read the input, see runtime/team_region.py), or False."""
         import numba
 
         if not _team.available():
@@ -310,7 +310,7 @@ class InferenceProgram:
                     return False
                 patches += [(words.ctypes.data + 8 * int(k), offset) for k in found]
         patches_array = np.array(patches, np.int64).reshape(-1, 2)
-        from .backend import team_region
+        from . import team_region
 
         args = (schedule.rows, 1, self.x, patches_array, np.zeros(1, np.int64))
         team_region.run.compile(tuple(numba.typeof(a) for a in args))
