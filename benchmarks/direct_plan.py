@@ -16,11 +16,11 @@ import numba
 import numpy as np
 from numba import njit
 
+from numbacnn import tuning
 from numbacnn.kernels.cpu.blas import sgemm
 from numbacnn.kernels.cpu.conv2d_direct import direct_rows, direct_weight_grad
 from numbacnn.kernels.cpu.conv2d_wide import im2col_wide
 from numbacnn.runtime import config as _config
-from numbacnn.runtime import tuning
 
 SHAPES = [(1, 6, 5, 28), (1, 32, 3, 28), (3, 16, 3, 34), (1, 7, 7, 28), (2, 5, 4, 20),
           (8, 16, 3, 16), (6, 16, 5, 12), (16, 32, 3, 16)]  # (C_in, C_out, kernel, input size)

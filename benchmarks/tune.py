@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
+from numbacnn import tuning
 from numbacnn.runtime import config as _config
-from numbacnn.runtime import tuning
 
 
 def entries() -> list[tuple[str, str, str, str]]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import numbacnn as nc
-from numbacnn.backend import team_region
+from numbacnn.runtime import team_region
 
 ARCHS = [
     "conv(4,3),relu,maxpool(2),conv(8,3),relu,maxpool(2),dense(16),relu,dropout(0.3)",  # wide
@@ -294,7 +294,7 @@ def test_replays_read_the_input_where_it_lies_and_never_write_it(arch):
 def _team_or_skip():
     import numba
 
-    from numbacnn.backend import team
+    from numbacnn.runtime import team
 
     numba.get_num_threads()
     if numba.threading_layer() != "omp":
@@ -500,7 +500,7 @@ import ctypes
 ctypes.CDLL({str(decoy)!r}, mode=ctypes.RTLD_GLOBAL)  # as torch loads its own, before numba
 import numpy as np
 import numbacnn as nc
-from numbacnn.backend import team_region as team
+from numbacnn.runtime import team_region as team
 net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
 x = np.random.default_rng(0).random((64, 1, 28, 28), dtype=np.float32)
 want = net.through(x.copy(), False, inference=True).copy()
