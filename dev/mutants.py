@@ -84,6 +84,16 @@ TEAM = RT + "team_region.py"  # compiled like the CPU kernels (and in the kernel
 PARALLEL = RT + "parallel.py"  # compiled into every kernel that runs in parallel
 W = K + "conv2d_winograd.py"
 W4 = K + "conv2d_winograd4.py"
+
+
+def _host_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " amx_bf16" in f.read()
+    except OSError:
+        return False
+
+
 M = Mutant
 MUTANTS = [
     # modern layers and recipe
@@ -351,13 +361,30 @@ MUTANTS = [
     M("winograd4 bf16: the forward's GEMMs leave out the last pair of channels", W4,
       "Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2, True)",
       "Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2 - 1, True)",
-      ["tests/test_bf16.py", "-k", "winograd4"], inside="_gemms4_pairs"),
+      ["tests/test_bf16.py", "-k", "winograd4"], inside="_gemms4_pairs", replace_all=True),
     M("winograd4 bf16: the weight gradient drops an odd last tile", W4,
       "T2 = (TB + 1) // 2", "T2 = TB // 2",
       ["tests/test_bf16.py", "-k", "winograd4"], inside="_weight_gemms4_pairs"),
     M("winograd4 bf16: the input gradient's GEMMs take the forward's filters", W4,
       "_gemms4_pairs(mx, KMX, vh, KVX, U2h,", "_gemms4_pairs(mx, KMX, vh, KVX, U2h[::-1].copy(),",
       ["tests/test_bf16.py", "-k", "winograd4"], inside="conv2d_backward_winograd4_part"),
+    # AMX's tiles (tdpbf16ps): only where this machine runs them (elsewhere their tests skip)
+    *([M("AMX: a step of 16 pairs where the reduction is 8 pairs longer", K + "bf16.py",
+         "kp = 16 if K2 % 16 == 0 else 8", "kp = 16 if K2 % 8 == 0 else 8",
+         ["tests/test_bf16.py", "-k", "gemm_tiles"], inside="gemm_tiles"),
+       M("AMX: the second row block reads the first block's rows", K + "bf16.py",
+         "builder.add(builder.mul(rs16, c(a)), builder.mul(s, step_x))",
+         "builder.add(builder.mul(rs16, c(0)), builder.mul(s, step_x))",
+         ["tests/test_bf16.py", "-k", "gemm_tiles"], inside="_tile_block"),
+       M("AMX: the rows past the last 16 are left out", K + "bf16.py",
+         "for rows in (16, M - whole):", "for rows in (16, 16 * (M > whole)):",
+         ["tests/test_bf16.py", "-k", "gemm_tiles"], inside="gemm_tiles"),
+       M("winograd4 AMX: the weight gradient's pair rows past the tiles are not zeroed", W4,
+         "mp[k * KQ + T2 * 2 * Co:k * KQ + T16 * Co] = 0", "pass",
+         ["tests/test_bf16.py", "-k", "winograd4 or scratch"], inside="_weight_gemms4_pairs"),
+       M("winograd4 AMX: the transposed tiles keep what lay past the last", K + "bf16.py",
+         "out[T:T1] = 0", "pass", ["tests/test_bf16.py", "-k", "winograd4 or round_transposed"],
+         inside="round_transposed")] if _host_has_amx() else []),
     # Winograd F(4x4, 3x3)
     M("winograd4: A^T's last row takes 7 m3 for 8 m3", W4,
       "x3, _F(8.0), x4, _F(-8.0), x5, _F(1.0))", "x3, _F(7.0), x4, _F(-8.0), x5, _F(1.0))",

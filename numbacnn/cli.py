@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--precision", choices=PRECISIONS, default="float32",
                    help="the multiplications: float32 (default) or bf16 (as torch.autocast: float32 "
                    "weights, gradients and loss; bfloat16 operands with float32 sums in the layers with "
-                   "bf16 kernels, today 3x3 Winograd F(4x4) convolutions; AVX512_BF16 where the CPU has "
-                   "it, else emulated and slower; the CPU only)")
+                   "bf16 kernels, today 3x3 Winograd F(4x4) convolutions; AMX tiles and AVX512_BF16 where "
+                   "the CPU has them, else emulated and slower; the CPU only)")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over MPI ranks: mpiexec -n R python -m mpi4py "
                    "train.py --distributed ...; --batch-size is the global batch, --threads per rank "

@@ -3,8 +3,10 @@ on a CPU: float32 master weights, gradients, optimizer state, BatchNorm statisti
 softmax; bfloat16 operands (rounded to nearest, ties to even) with float32 sums in the layers
 whose plans have bf16 kernels (kernels/cpu/bf16.py): today the 3x3 convolutions that run Winograd's
 F(4x4, 3x3), whose 36 GEMMs take the transformed tiles and filters in bf16 (channels in multiples
-of 16). Every other layer multiplies in float32. Where the kernels run without AVX512_BF16 the same
-products run as float32 FMAs on the rounded operands (the same sums, slower than float32)."""
+of 16). Every other layer multiplies in float32. Where the CPU has AMX (and Linux grants the
+process its tile state) the GEMMs whose channels are multiples of 16 run on its tiles (tdpbf16ps),
+the rest on AVX512_BF16 (vdpbf16ps); where the kernels run without AVX512_BF16 the same products run
+as float32 FMAs on the rounded operands (the same sums, slower than float32)."""
 from __future__ import annotations
 
 PRECISIONS = ("float32", "bf16")
@@ -33,10 +35,21 @@ def bf16_unit() -> bool:
     return "avx512bf16" in prebuilt.kernel_features()
 
 
+def amx_unit() -> bool:
+    """Whether the bf16 GEMMs also run on AMX's tiles (tdpbf16ps): the kernels' features have
+    AMX's bf16 tiles and Linux granted this process the tile state (runtime.prebuilt.amx_permitted)."""
+    from .runtime import prebuilt
+
+    features = prebuilt.kernel_features()
+    return bf16_unit() and "amx-tile" in features and "amx-bf16" in features and prebuilt.amx_permitted()
+
+
 def describe_unit(precision: str) -> str:
     """The precision and the unit that runs it, for a run's first line."""
     if precision == "float32":
         return "precision float32"
+    if amx_unit():
+        return "precision bf16 on AMX (tdpbf16ps) and AVX512_BF16 (vdpbf16ps)"
     if bf16_unit():
         return "precision bf16 on AVX512_BF16 (vdpbf16ps)"
     return ("precision bf16 emulated (no AVX512_BF16 in this CPU or the kernel tier in use: bf16 products "

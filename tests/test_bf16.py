@@ -10,7 +10,7 @@ from numba import njit
 import numbacnn as nc
 from numbacnn import tuning
 from numbacnn.kernels.cpu import bf16 as B
-from numbacnn.precision import bf16_unit, describe_unit
+from numbacnn.precision import amx_unit, bf16_unit, describe_unit
 
 
 def bits_to_float(h):
@@ -117,6 +117,73 @@ def test_the_emulated_block_sums_as_the_unit_does(rng):
     assert np.array_equal(y, y2)
 
 
+amx = pytest.mark.skipif(not B.AMX_UNIT, reason="no AMX tiles for this process (CPU, kernel target or Linux)")
+
+
+@amx
+@pytest.mark.parametrize("M,N,K2", [(16, 16, 8), (5, 32, 16), (37, 48, 40), (70, 64, 96), (33, 16, 24)])
+def test_gemm_tiles_sums_within_float32s_bound(rng, M, N, K2):
+    """gemm_tiles (AMX's tdpbf16ps) against the float64 oracle of the rounded operands, within K *
+    2^-23 of the sum of |products|; whole 16-row blocks, a tail, fewer than 16 rows, 16-wide and
+    32-wide column blocks, steps of 8 and of 16 pairs; added to y; the same bits whatever rows a
+    call covers (the order of the sums is per row), as a split among threads needs."""
+    K = 2 * K2
+    x, w = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    xh = rounded(x).reshape(-1)
+    wh = np.zeros(K2 * 2 * N, np.uint16)
+    B.pack_pairs(wh, 0, 2 * N, f32(w).reshape(-1), 0, N, K, N)
+    ys = N + 16  # C's rows wider than N: the pitch is honoured
+    y = np.full(M * ys, np.nan, np.float32)
+    B.gemm_tiles(y, 0, ys, xh, 0, K, wh, 0, 2 * N, M, N, K2, True)
+    got = y.reshape(M, ys)
+    assert np.isnan(got[:, N:]).all()  # nothing past N
+    got = got[:, :N].astype(np.float64)
+    exact = ref.bf16(x) @ ref.bf16(w)
+    bound = K * 2.0 ** -23 * (np.abs(ref.bf16(x)) @ np.abs(ref.bf16(w)))
+    assert (np.abs(got - exact) <= bound + 1e-30).all()
+    assert np.abs(got - exact).max() > 0 or K2 <= 8  # float32 sums, not float64's
+    split = np.full(M * ys, np.nan, np.float32)
+    for r0, r1 in ((0, M // 3), (M // 3, M)):
+        B.gemm_tiles(split, r0 * ys, ys, xh, r0 * K, K, wh, 0, 2 * N, r1 - r0, N, K2, True)
+    assert np.array_equal(split.reshape(M, ys)[:, :N], got)
+    B.gemm_tiles(y, 0, ys, xh, 0, K, wh, 0, 2 * N, M, N, K2, False)
+    assert (np.abs(y.reshape(M, ys)[:, :N] - 2 * exact) <= 2 * bound + 1e-30).all()
+
+
+@pytest.mark.parametrize("TB", [1, 21, 32])
+def test_weight_gemms_ignore_what_the_scratch_held(rng, TB):
+    """The F(4x4) weight gradient's 36 bf16 GEMMs (dU[k] = V[k]^T @ dM[k]) write the same values
+    whatever their packed scratch held before (NaN here, as a diverged step leaves it): the pair
+    rows past the last tile (odd TB, and on AMX up to the next 16) are zeros, not stale values that
+    a zero times NaN would carry in. Within float32's bound of the rounded operands' product."""
+    from numbacnn.kernels.cpu.conv2d_winograd4 import _weight_gemms4_pairs
+
+    Ci, Co = 16, 32
+    T16 = (TB + 15) // 16 * 16
+    v, m = rng.standard_normal((36, TB, Ci)), rng.standard_normal((36, TB, Co))
+    vp = np.full(36 * Ci * T16, 0x7FC0, np.uint16)  # bf16 NaN
+    mp = np.full(36 * Co * T16, 0x7FC0, np.uint16)
+    du = np.full(36 * Ci * Co, np.nan, np.float32)
+    mf, vf = f32(m).reshape(-1), f32(v).reshape(-1)
+    _weight_gemms4_pairs(du, mf, vf, vp, mp, Co, Ci, TB, TB * Co, TB * Ci, True)
+    du = du.reshape(36, Ci, Co)
+    exact = np.einsum("kti,kto->kio", ref.bf16(v), ref.bf16(m))
+    bound = 2 * TB * 2.0 ** -23 * np.einsum("kti,kto->kio", np.abs(ref.bf16(v)), np.abs(ref.bf16(m)))
+    assert (np.abs(du - exact) <= bound + 1e-30).all()
+
+
+def test_round_transposed_stores_columns_as_rows(rng):
+    T, C, T1 = 13, 5, 16
+    src = f32(rng.standard_normal((T, C + 2)))  # rows C + 2 apart
+    dst = np.full(3 + C * 20, 7, np.uint16)
+    B.round_transposed(dst, 3, 20, src.reshape(-1), 0, C + 2, T, C, T1)
+    r = rounded(src)
+    for c in range(C):
+        row = dst[3 + c * 20:3 + c * 20 + 20]
+        assert np.array_equal(row[:T], r[:, c]) and (row[T:T1] == 0).all() and (row[T1:] == 7).all()
+    assert (dst[:3] == 7).all()
+
+
 # --- Winograd F(4x4, 3x3) in bf16 --------------------------------------------------------------------
 # The stated bounds, as fractions of the largest value: against the bf16 oracle (transforms in
 # float64, then rounded) 4e-3, for the rare element that float32 transforms round to the other side
@@ -221,8 +288,10 @@ def test_precision_is_checked_and_reported():
     with pytest.raises(ValueError, match="precision must be one of"):
         nc.Trainer(net, nc.SGD(net, lr=0.1), precision="half")
     assert net.set_precision("bf16").bf16_layers() == []  # no F(4x4) layer: every layer float32
-    assert describe_unit("bf16").startswith("precision bf16 on AVX512_BF16" if bf16_unit()
+    assert describe_unit("bf16").startswith("precision bf16 on AMX" if amx_unit() else
+                                            "precision bf16 on AVX512_BF16" if bf16_unit()
                                             else "precision bf16 emulated")
+    assert (bf16_unit(), amx_unit()) == (B.BF16_UNIT, B.AMX_UNIT)  # the line names the unit that runs
 
 
 def test_train_py_precision_flag(tmp_path, capsys):
@@ -244,7 +313,8 @@ def test_train_py_precision_flag(tmp_path, capsys):
                  str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(describe_unit("bf16")), lines[0]
-    assert ("bf16 on AVX512_BF16" in lines[0]) == bf16_unit(), lines[0]
+    assert ("AVX512_BF16 (vdpbf16ps)" in lines[0]) == bf16_unit(), lines[0]
+    assert ("AMX (tdpbf16ps)" in lines[0]) == amx_unit(), lines[0]
     assert lines[1].startswith("precision bf16: no layer of this network has bf16 kernels"), lines[1]
     import json
 

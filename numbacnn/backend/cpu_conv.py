@@ -767,7 +767,7 @@ class WinogradPlan(CpuConvPlan):
         skew = K.conv2d_winograd4.SKEW
         s = self.slots
         size_xv = 36 * (group * thx * twx * co + skew) if need_dx else 1
-        pairs = 36 * ((cap + 1) // 2) * 2 if bf16 and need_dw else 0  # packed rows of tile pairs
+        pairs = 36 * (-(-cap // 16) * 16) if bf16 and need_dw else 0  # tiles rounded up to 16 (AMX's steps)
         launch(K.conv2d_backward_winograd4, dx, du_parts, db_parts, ws.buf("wgw", (s, co * oh * ow)),
                ws.buf("w4gp", (s, hg * wg * co)), ws.buf("w4p", (s, (4 * th + 2) * (4 * tw + 2) * ci)),
                ws.buf("w4bv", (s, 36 * (cap * ci + skew) if need_dw else 1)),

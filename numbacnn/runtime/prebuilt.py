@@ -29,18 +29,20 @@ _V3 = ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "popcnt", 
        "ssse3", "cx16", "xsave")
 _V4 = (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 LEVELS: dict[str, tuple[str, ...]] = {
+    # x86-64-v4-bf16 and AMX's bf16 tiles (Intel Xeons from Sapphire Rapids on)
+    "x86-64-v4-amx": (*_V4, "avx512bf16", "amx-tile", "amx-bf16"),
     "x86-64-v4-bf16": (*_V4, "avx512bf16"),  # x86-64-v4 with AVX512_BF16 (kernels/cpu/bf16.py)
     "x86-64-v4": _V4,
     "x86-64-v3": _V3,
 }
 # The LLVM CPU a level compiles for, where its name is not one
-CPU_NAMES: dict[str, str] = {"x86-64-v4-bf16": "x86-64-v4"}
+CPU_NAMES: dict[str, str] = {"x86-64-v4-amx": "x86-64-v4", "x86-64-v4-bf16": "x86-64-v4"}
 # Code generation options per level beyond its features. LLVM's x86-64-v4 keeps loops at 256-bit
 # vectors (Skylake-X's tuning, for its clock drop under 512-bit code); with 512-bit vectors the
 # shipped level ran 1.08x (training) and 1.15x (inference) the x86-64-v3 level against PyTorch on
 # an AMD EPYC (Zen 4), as fast as code numba compiled for that CPU (docs/performance.md).
-CODEGEN: dict[str, tuple[str, ...]] = {"x86-64-v4-bf16": ("-prefer-256-bit",),
-                                       "x86-64-v4": ("-prefer-256-bit",)}
+CODEGEN: dict[str, tuple[str, ...]] = {level: ("-prefer-256-bit",)
+                                       for level in ("x86-64-v4-amx", "x86-64-v4-bf16", "x86-64-v4")}
 TRIPLE = "x86_64-unknown-linux-gnu"
 # Settings under which the prebuilt code is not what the user asked for: numba's own code options
 # (index checks, debug info, another optimisation level or CPU), or numbacnn's cache switched off.
@@ -106,10 +108,30 @@ def host_levels() -> list[str]:
     host = ll.get_host_cpu_features()
     names = list(LEVELS)
     return [level for level in names[names.index(choice) if choice in LEVELS else 0:]
-            if all(host.get(f, False) for f in LEVELS[level])]
+            if all(host.get(f, False) for f in LEVELS[level])
+            and ("amx-tile" not in LEVELS[level] or amx_permitted())]
 
 
 _state: dict[str, Any] = {}
+
+
+def amx_permitted() -> bool:
+    """Whether this process may use AMX's tiles. Linux hands a process the tile state only when it
+    asks (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, kernel 5.16 and later; without it the first
+    tile instruction is an illegal instruction); asked once, for every thread of the process."""
+    if "amx" not in _state:
+        import platform
+
+        ok = False
+        if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+            import ctypes
+
+            try:  # SYS_arch_prctl 158, ARCH_REQ_XCOMP_PERM 0x1023, XFEATURE_XTILEDATA 18
+                ok = ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) == 0
+            except (OSError, AttributeError):
+                ok = False
+        _state["amx"] = ok
+    return bool(_state["amx"])
 
 
 def _level_and_stamp() -> tuple[str | None, str]:

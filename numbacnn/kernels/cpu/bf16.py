@@ -27,18 +27,22 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ...runtime.config import kernel
+from ...runtime.prebuilt import amx_permitted
 from .microkernel import LANES, ROWS, WIDE
 
 
-def _target_has_bf16() -> bool:
-    """Whether the kernels are compiled for a target with AVX512_BF16: the target's features
+def _target_has(*names: str) -> bool:
+    """Whether the kernels are compiled for a target with these LLVM features: the target's
     (NUMBA_CPU_FEATURES, as the kernel tier's levels set them) or else the host's."""
-    features = getattr(numba.config, "CPU_FEATURES", "") or ll.get_host_cpu_features().flatten()
-    return "+avx512bf16" in features.split(",")
+    features = (getattr(numba.config, "CPU_FEATURES", "") or ll.get_host_cpu_features().flatten()).split(",")
+    return all("+" + name in features for name in names)
 
 
-# Whether the pair blocks run vdpbf16ps (fixed when the kernels compile, as their instruction set)
-BF16_UNIT = _target_has_bf16()
+# Whether the pair blocks run vdpbf16ps, and whether gemm_tiles runs on AMX's tiles (tdpbf16ps;
+# the target has it and Linux granted this process the tile state): fixed when the kernels
+# compile, as their instruction set
+BF16_UNIT = _target_has("avx512bf16")
+AMX_UNIT = BF16_UNIT and _target_has("amx-tile", "amx-bf16") and amx_permitted()
 ll.initialize_native_asmparser()  # the blocks' inline assembly is parsed as they compile (numba does not)
 # Steps of the reduction a pass of gemm_pairs keeps in L1 (as microkernel.TN_CHUNK: a panel of w's
 # pairs and the rows of x that meet it)
@@ -242,3 +246,207 @@ def gemm_pairs(yf, y0, ys, xh, x0, rs, ks, wh, w0, ws, M, N, K2, first):
         if K2 == 0 and first:
             for r in range(M):
                 yf[y0 + r * ys + c0:y0 + r * ys + c0 + LANES * V] = np.float32(0.0)
+
+
+# --- AMX: tdpbf16ps on 16 x 16 tiles --------------------------------------------------------------
+# Eight tile registers of up to 16 rows x 64 bytes: C (16 x 16 float32) += A (16 rows x KP pairs,
+# the pairs of a row side by side) . B (KP pair rows x 16 columns: pack_pairs' layout), KP 16 or 8
+# pairs a step. A block of 2 x 2 C tiles (tmm0-3) keeps two A tiles (tmm4, 5) and two B tiles
+# (tmm6, 7) per step: 4 instructions of 16 x 16 x 2 KP multiply-adds for 4 tile loads. The tile
+# configuration (ldtilecfg: per tile its rows and bytes a row) is set once per call and once more
+# for the rows past the last whole 16.
+
+
+def _tile_asm(builder, text, operands):
+    ft = ir.FunctionType(ir.VoidType(), [o.type for o in operands])
+    cons = ",".join(["r"] * len(operands) + ["~{memory}"])
+    builder.call(ir.InlineAsm(ft, text, cons, side_effect=True), operands)
+
+
+@intrinsic
+def _tile_config(typingctx, kp, rows):
+    """ldtilecfg: C tiles tmm0-3 and A tiles tmm4-5 of 16 rows (tmm0, tmm1 and tmm4: ``rows``),
+    A of 4 kp bytes a row, B tiles tmm6-7 of kp rows, C and B 64 bytes a row."""
+    sig = types.void(kp, rows)
+
+    def codegen(context, builder, signature, args):
+        i8, i16, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(64)
+        cfg = cgutils.alloca_once(builder, ir.ArrayType(i8, 64))
+        builder.store(ir.Constant(ir.ArrayType(i8, 64), [0] * 64), cfg)
+        base = builder.bitcast(cfg, i8.as_pointer())
+        k = context.cast(builder, args[0], signature.args[0], types.int64)
+        r = context.cast(builder, args[1], signature.args[1], types.int64)
+
+        def put(offset, value, ty):
+            builder.store(builder.trunc(value, ty) if ty != i64 else value,
+                          builder.bitcast(builder.gep(base, [ir.Constant(i64, offset)]), ty.as_pointer()))
+
+        put(0, ir.Constant(i64, 1), i8)  # palette 1
+        sixteen, row_bytes = ir.Constant(i64, 16), ir.Constant(i64, 64)
+        for t in range(8):
+            colsb = builder.mul(k, ir.Constant(i64, 4)) if t in (4, 5) else row_bytes
+            nrows = r if t in (0, 1, 4) else (k if t in (6, 7) else sixteen)
+            put(16 + 2 * t, colsb, i16)
+            put(48 + t, nrows, i8)
+        _tile_asm(builder, "ldtilecfg ($0)", [base])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _tile_release(typingctx):
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        _tile_asm(builder, "tilerelease", [])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _tile_block(RB: int, CB: int):
+    """The intrinsic for a block of RB x CB C tiles: (yf, y0, ys, xh, x0, rs, wh, w0, ws, steps,
+    kp, first) -> None; C's rows ys floats apart, A's rs uint16, B's pair rows ws uint16; steps
+    of kp pairs; ``first``: C starts at zero, else from yf."""
+
+    @intrinsic
+    def tile_block(typingctx, yf, y0, ys, xh, x0, rs, wh, w0, ws, steps, kp, first):
+        _check_arrays(yf, xh, wh)
+        sig = types.void(yf, y0, ys, xh, x0, rs, wh, w0, ws, steps, kp, first)
+
+        def codegen(context, builder, signature, args):
+            i8, i64 = ir.IntType(8), ir.IntType(64)
+            tys = signature.args
+
+            def i(k):
+                return context.cast(builder, args[k], tys[k], types.int64)
+
+            def ptr(k, offset, size):  # the byte address of element (offset) of array argument k
+                data = context.make_array(tys[k])(context, builder, args[k]).data
+                byte = builder.mul(offset, ir.Constant(i64, size))
+                return builder.gep(builder.bitcast(data, i8.as_pointer()), [byte])
+
+            def c(v):
+                return ir.Constant(i64, v)
+
+            ys, rs, ws, kp = i(2), i(5), i(8), i(10)
+            y_bytes, x_bytes, w_bytes = builder.mul(ys, c(4)), builder.mul(rs, c(2)), builder.mul(ws, c(2))
+            ys16 = builder.mul(ys, c(16))
+            yat = [[ptr(0, builder.add(i(1), builder.add(builder.mul(ys16, c(a)), c(16 * b))), 4)
+                    for b in range(CB)] for a in range(RB)]
+            first_ = context.cast(builder, args[11], tys[11], types.boolean)
+            with builder.if_else(first_) as (zero, load):
+                with zero:
+                    for a in range(RB):
+                        for b in range(CB):
+                            _tile_asm(builder, f"tilezero %tmm{2 * a + b}", [])
+                with load:
+                    for a in range(RB):
+                        for b in range(CB):
+                            _tile_asm(builder, f"tileloadd ($0,$1,1), %tmm{2 * a + b}", [yat[a][b], y_bytes])
+            rs16 = builder.mul(rs, c(16))
+            step_w = builder.mul(kp, ws)
+            step_x = builder.mul(kp, c(2))
+            with cgutils.for_range(builder, i(9)) as loop:
+                s = loop.index
+                for a in range(RB):
+                    xa = builder.add(i(4), builder.add(builder.mul(rs16, c(a)), builder.mul(s, step_x)))
+                    _tile_asm(builder, f"tileloadd ($0,$1,1), %tmm{4 + a}", [ptr(3, xa, 2), x_bytes])
+                for b in range(CB):
+                    wa = builder.add(i(7), builder.add(builder.mul(s, step_w), c(32 * b)))
+                    _tile_asm(builder, f"tileloadd ($0,$1,1), %tmm{6 + b}", [ptr(6, wa, 2), w_bytes])
+                for a in range(RB):  # (loads between the products, oneDNN's order, ran 0.6-0.9x here)
+                    for b in range(CB):
+                        _tile_asm(builder, f"tdpbf16ps %tmm{6 + b}, %tmm{4 + a}, %tmm{2 * a + b}", [])
+            for a in range(RB):
+                for b in range(CB):
+                    _tile_asm(builder, f"tilestored %tmm{2 * a + b}, ($0,$1,1)", [yat[a][b], y_bytes])
+            return context.get_dummy_value()
+        return sig, codegen
+    return tile_block
+
+
+if getattr(numba.config, "DISABLE_JIT", 0):  # NUMBA_DISABLE_JIT=1: the tiles' sums in NumPy
+    _TILE_ROWS = [16]
+
+    def _tile_config(kp, rows):  # type: ignore[no-redef,misc]
+        _TILE_ROWS[0] = int(rows)
+
+    def _tile_release():  # type: ignore[no-redef,misc]
+        pass
+
+    def _tile_block(RB: int, CB: int):  # type: ignore[no-redef]
+        def tile_block(yf, y0, ys, xh, x0, rs, wh, w0, ws, steps, kp, first):
+            rows = _TILE_ROWS[0]
+            for a in range(RB):
+                h = rows if a == 0 else 16
+                for b in range(CB):
+                    for r in range(h):
+                        at = y0 + (16 * a + r) * ys + 16 * b
+                        acc = np.zeros(16) if first else yf[at:at + 16].astype(np.float64)
+                        xa = x0 + (16 * a + r) * rs
+                        xv = _as_float(xh[xa:xa + 2 * kp * steps])
+                        for k in range(kp * steps):
+                            wa = w0 + k * ws + 32 * b
+                            acc += xv[2 * k] * _as_float(wh[wa:wa + 32:2])
+                            acc += xv[2 * k + 1] * _as_float(wh[wa + 1:wa + 32:2])
+                        yf[at:at + 16] = acc
+        return tile_block
+
+
+_TILES_22 = _tile_block(2, 2)
+_TILES_21 = _tile_block(2, 1)
+_TILES_12 = _tile_block(1, 2)
+_TILES_11 = _tile_block(1, 1)
+
+
+@kernel()
+def gemm_tiles(yf, y0, ys, xh, x0, rs, wh, w0, ws, M, N, K2, first):
+    """gemm_pairs on AMX (AMX_UNIT): yf[y0:] (M, N; rows ys apart) (+)= x (M, 2 K2) @ w (2 K2, N),
+    x's row r at xh[x0 + r * rs] (its pairs side by side), w packed by pack_pairs (pair rows ws
+    apart); ``first``: overwrite. N a multiple of 16, K2 of 8. The reduction runs in steps of 16
+    pairs (8 where K2 is not a multiple of 16), in order: the same bits for any split of the rows."""
+    if K2 == 0:
+        if first:
+            for r in range(M):
+                yf[y0 + r * ys:y0 + r * ys + N] = np.float32(0.0)
+        return
+    kp = 16 if K2 % 16 == 0 else 8
+    steps = K2 // kp
+    whole = M // 16 * 16
+    for rows in (16, M - whole):
+        if rows == 0 or (rows == 16 and whole == 0):
+            continue
+        _tile_config(kp, rows)
+        p0, p1 = (0, whole) if rows == 16 else (whole, M)
+        for c0 in range(0, N, 32):
+            two = c0 + 32 <= N
+            p = p0
+            while p < p1:
+                at_y, at_x = y0 + p * ys + c0, x0 + p * rs
+                at_w = w0 + 2 * c0
+                if rows == 16 and p + 32 <= p1:
+                    if two:
+                        _TILES_22(yf, at_y, ys, xh, at_x, rs, wh, at_w, ws, steps, kp, first)
+                    else:
+                        _TILES_21(yf, at_y, ys, xh, at_x, rs, wh, at_w, ws, steps, kp, first)
+                    p += 32
+                else:
+                    if two:
+                        _TILES_12(yf, at_y, ys, xh, at_x, rs, wh, at_w, ws, steps, kp, first)
+                    else:
+                        _TILES_11(yf, at_y, ys, xh, at_x, rs, wh, at_w, ws, steps, kp, first)
+                    p += 16
+    _tile_release()
+
+
+@kernel()
+def round_transposed(dst, d0, ld, src, s0, ss, T, C, T1):
+    """dst[d0 + c * ld + t] (uint16) = src[s0 + t * ss + c] (float32) rounded to bfloat16, for
+    c < C, t < T; zero for T <= t < T1: a (T, C) matrix stored transposed, as the rows of
+    gemm_tiles' x."""
+    bits = src.view(np.uint32)
+    for c in range(C):
+        out = dst[d0 + c * ld:d0 + c * ld + T1]
+        for t in range(T):
+            out[t] = np.uint16(_bf16_bits(bits[s0 + t * ss + c]))
+        out[T:T1] = 0

@@ -25,7 +25,7 @@ from ...runtime.config import kernel
 from ...runtime.parallel import parallel_blocks
 from ._conv_epilogue import grad_rows
 from ._util import add_row_sums, copy_run, gather_channels, part_bounds, same_version, unchanged
-from .bf16 import gemm_pairs, pack_pairs, round_bf16
+from .bf16 import AMX_UNIT, gemm_pairs, gemm_tiles, pack_pairs, round_bf16, round_transposed
 from .blas import sgemm
 from .conv2d_positions import _epilogue_positions, pool2x2_transposed, rows_transposed
 from .microkernel import gemm_nn, gemm_tn
@@ -214,9 +214,12 @@ def winograd4_filters_pairs(Uh, U):
 def _gemms4_pairs(mf, KM, vh, KV, Uh, TB, Ci, Co):
     """_gemms4 in bf16 (precision "bf16"): M[k] (TB, Co) = V[k] (TB, Ci) @ U[k] (Ci, Co) with V
     rounded to bfloat16 (vh, matrix k at k * KV) and U packed by winograd4_filters_pairs; Ci even,
-    Co a multiple of 16."""
+    Co a multiple of 16; on AMX's tiles where Ci is a multiple of 16."""
     for k in range(36):
-        gemm_pairs(mf, k * KM, Co, vh, k * KV, Ci, 2, Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2, True)
+        if AMX_UNIT and Ci % 16 == 0:
+            gemm_tiles(mf, k * KM, Co, vh, k * KV, Ci, Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2, True)
+        else:
+            gemm_pairs(mf, k * KM, Co, vh, k * KV, Ci, 2, Uh, k * Ci * Co, 2 * Co, TB, Co, Ci // 2, True)
 
 
 @kernel(fastmath=False, export=True)
@@ -336,8 +339,10 @@ def _weight_gemms4(duf, mf, vf, Co, Ci, TB, KM, KV, first):
 @kernel()
 def _weight_gemms4_pairs(duf, mf, vf, vp, mp, Co, Ci, TB, KM, KV, first):
     """_weight_gemms4 in bf16: V[k] and dM[k] rounded and packed in pairs of tiles (vp, mp: 36
-    matrices of ceil(CAP / 2) pair rows, 2 Ci and 2 Co apart), then dU[k] (+)= V[k]^T @ dM[k] by
-    gemm_pairs. Ci and Co multiples of 16."""
+    matrices of CAP rounded up to 16 tiles, as pairs 2 Ci and 2 Co apart), then dU[k] (+)= V[k]^T @
+    dM[k] by gemm_pairs. Ci and Co multiples of 16. On AMX's tiles V[k]^T is stored by rows
+    (round_transposed: Ci rows of the tiles rounded up to 16, zeros past TB) and the sums run over
+    those tiles (the zeros add nothing)."""
     if TB == 0:
         if first:
             duf[:] = np.float32(0.0)
@@ -345,10 +350,17 @@ def _weight_gemms4_pairs(duf, mf, vf, vp, mp, Co, Ci, TB, KM, KV, first):
     KP = vp.shape[0] // 36
     KQ = mp.shape[0] // 36
     T2 = (TB + 1) // 2
+    T16 = (TB + 15) // 16 * 16
     for k in range(36):
-        pack_pairs(vp, k * KP, 2 * Ci, vf, k * KV, Ci, TB, Ci)
         pack_pairs(mp, k * KQ, 2 * Co, mf, k * KM, Co, TB, Co)
-        gemm_pairs(duf, k * Ci * Co, Co, vp, k * KP, 2, 2 * Ci, mp, k * KQ, 2 * Co, Ci, Co, T2, first)
+        if AMX_UNIT:
+            mp[k * KQ + T2 * 2 * Co:k * KQ + T16 * Co] = 0
+            round_transposed(vp, k * KP, KP // Ci, vf, k * KV, Ci, TB, Ci, T16)
+            gemm_tiles(duf, k * Ci * Co, Co, vp, k * KP, KP // Ci, mp, k * KQ, 2 * Co,
+                       Ci, Co, T16 // 2, first)
+        else:
+            pack_pairs(vp, k * KP, 2 * Ci, vf, k * KV, Ci, TB, Ci)
+            gemm_pairs(duf, k * Ci * Co, Co, vp, k * KP, 2, 2 * Ci, mp, k * KQ, 2 * Co, Ci, Co, T2, first)
 
 
 @kernel(inline=True)
