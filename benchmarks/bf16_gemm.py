@@ -13,6 +13,7 @@ import time
 import numba
 import numpy as np
 
+from numbacnn.bench import cpu_line
 from numbacnn.kernels.cpu import bf16 as B
 from numbacnn.kernels.cpu import microkernel as MK
 
@@ -54,22 +55,6 @@ def _arms(M, K, N, rng):
     tx, tw = torch.from_numpy(x).bfloat16(), torch.from_numpy(w).bfloat16()
     arms["PyTorch bf16 matmul, 1 thread"] = lambda: torch.matmul(tx, tw)
     return arms
-
-
-def cpu_line():
-    """The CPU's model and the flags these arms need, from /proc/cpuinfo."""
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown CPU":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-    return f"{model} ({' '.join(f for f in wanted if f in flags) or 'no listed flags'})"
 
 
 def main(argv=None):

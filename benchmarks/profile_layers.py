@@ -1,6 +1,7 @@
 """Per-layer forward/backward time of one training step: ``python benchmarks/profile_layers.py``.
 
 Usage: python benchmarks/profile_layers.py [net] [batch] [threads] [input, e.g. 3,32,32] [repeats]
+       [precision: float32 or bf16]
 Prints milliseconds per layer (median of repeated runs) so that kernel work can be aimed where
 the time goes. Not part of the package: a developer's tool.
 """
@@ -22,6 +23,8 @@ def main() -> None:
     net = build_network(net_name, shape, 10, seed=0)
     x = np.random.default_rng(0).random((batch, *shape), dtype=np.float32)
     reps = int(sys.argv[5]) if len(sys.argv) > 5 else 30
+    precision = sys.argv[6] if len(sys.argv) > 6 else "float32"
+    net.set_precision(precision)
     fwd = np.zeros((reps, len(net.layers)))
     bwd = np.zeros((reps, len(net.layers)))
     for r in range(reps + 3):
@@ -40,7 +43,7 @@ def main() -> None:
                 bwd[r - 3, i] = time.perf_counter() - t0
     f = np.median(fwd, 0) * 1e3
     b = np.median(bwd, 0) * 1e3
-    print(f"{net_name} batch {batch} threads {threads}: ms per layer (median of {reps})")
+    print(f"{net_name} batch {batch} threads {threads} {precision}: ms per layer (median of {reps})")
     for i, layer in enumerate(net.layers):
         strat = getattr(layer, "strategy", "")
         if strat == "winograd":  # what its chooser ran for this input: F(4x4), F(2x2) or "positions"

@@ -230,6 +230,24 @@ class _OnnxRuntime:
         self.session.run(None, {"input": self.x})
 
 
+def cpu_line() -> str:
+    """The CPU's model name and the flags that decide its kernels (/proc/cpuinfo; the machine's
+    name elsewhere), for the line a benchmark's numbers are read against."""
+    import platform
+
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not flags:
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+    return f"{model} ({' '.join(f for f in wanted if f in flags) or 'none of ' + ' '.join(wanted)})"
+
+
 def _percent(fraction: float | None) -> str:
     """A fraction as a 5-wide percentage column; "-" for none (a GPU's rows)."""
     return f"{'-':>5}" if fraction is None else f"{100 * fraction:5.1f}"
@@ -527,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches
     fma_peaks = {t: fma_peak(t) for t in threads}
     peaks = {t: matmul_peak(t) for t in threads}
+    from .precision import describe_unit
+
+    print(f"CPU: {cpu_line()}; {describe_unit('bf16')}")
     print("float32 FMA peak (own loop): "
           + ", ".join(f"{t} thr {g:.0f} GFLOP/s" for t, g in fma_peaks.items()) + "; numpy sgemm 2048^3: "
           + ", ".join(f"{t} thr {g:.0f} ({100 * g / fma_peaks[t]:.0f} %)" for t, g in peaks.items()))
@@ -602,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         import platform
         with open(args.json, "w") as f:
-            json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            json.dump({"machine": platform.processor() or platform.machine(), "cpu": cpu_line(),
+                       "bf16_unit": describe_unit("bf16"), "cores": os.cpu_count(),
                        "matmul_peak_gflops": peaks, "fma_peak_gflops": fma_peaks, "results": results,
                        "thread_scaling": scaling, "thread_scaling_rounds": scaling_rounds,
                        "startup": startup}, f, indent=2)

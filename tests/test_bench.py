@@ -66,6 +66,11 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     assert data["thread_scaling"]["lenet5"]["8"] == sorted(rounds)[1]  # the median
     out = capsys.readouterr().out
     assert "lenet5" in out and "training speed-up, 2 threads over 1 (measured" in out
+    from numbacnn.precision import describe_unit  # the CPU and the bf16 unit that ran, in the first line
+
+    first = out.splitlines()[0]
+    assert first.startswith("CPU: ") and first.endswith(describe_unit("bf16")), first
+    assert data["cpu"] == bench.cpu_line() and data["bf16_unit"] == describe_unit("bf16")
     assert "modelled" not in json.dumps(data).lower()  # measured numbers only
 
 

@@ -172,16 +172,19 @@ def test_weight_gemms_ignore_what_the_scratch_held(rng, TB):
     assert (np.abs(du - exact) <= bound + 1e-30).all()
 
 
-def test_round_transposed_stores_columns_as_rows(rng):
-    T, C, T1 = 13, 5, 16
+@pytest.mark.parametrize("T,C,T1", [(13, 5, 16), (45, 37, 48), (32, 16, 32)])
+def test_round_transposed_stores_columns_as_rows(rng, T, C, T1):
+    """Odd and even T, blocks of 16 pairs and 16 columns with tails, zeros to T1, a pitch wider
+    than T1; nothing written before d0 or past a row's T1."""
+    ld = T1 + 4
     src = f32(rng.standard_normal((T, C + 2)))  # rows C + 2 apart
-    dst = np.full(3 + C * 20, 7, np.uint16)
-    B.round_transposed(dst, 3, 20, src.reshape(-1), 0, C + 2, T, C, T1)
+    dst = np.full(4 + C * ld, 7, np.uint16)
+    B.round_transposed(dst, 4, ld, src.reshape(-1), 0, C + 2, T, C, T1)
     r = rounded(src)
     for c in range(C):
-        row = dst[3 + c * 20:3 + c * 20 + 20]
+        row = dst[4 + c * ld:4 + (c + 1) * ld]
         assert np.array_equal(row[:T], r[:, c]) and (row[T:T1] == 0).all() and (row[T1:] == 7).all()
-    assert (dst[:3] == 7).all()
+    assert (dst[:4] == 7).all()
 
 
 # --- Winograd F(4x4, 3x3) in bf16 --------------------------------------------------------------------
