@@ -235,7 +235,7 @@ def cpu_line() -> str:
     name elsewhere), for the line a benchmark's numbers are read against."""
     import platform
 
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags = platform.processor() or platform.machine(), set[str]()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         for line in f:
             key, _, value = line.partition(":")
