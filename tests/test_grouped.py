@@ -70,6 +70,29 @@ def test_depthwise_3x3_planes_match_the_oracle(rng, multiplier, stride, dilation
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("multiplier,kernel,dilation,pads,shape", [
+    (1, 3, 1, (1, 1, 1, 1), (4, 6, 25, 5)), (2, 3, 1, (0, 2, 1, 1), (3, 5, 7, 6)),
+    (3, 3, 2, (2, 2, 2, 2), (2, 4, 9, 9)), (1, (5, 3), 1, (2, 2, 1, 1), (3, 4, 6, 2)),
+    (1, 3, 1, (1, 1, 1, 1), (3, 4, 1, 1)), (2, (1, 4), (1, 2), (0, 0, 3, 3), (2, 3, 4, 7))])
+def test_same_size_depthwise_planes_run_flat_and_match_the_oracle(rng, multiplier, kernel, dilation, pads,
+                                                                  shape):
+    """Stride-1 depthwise layers whose output is the input's size run on flat planes read in place
+    (the batch's first and last planes, and planes smaller than a tap's reach, from a copy with
+    zero margins), with a fused ReLU too: against float64, 1e-5 of the scale."""
+    conv = nc.DepthwiseConv2D(shape[1], kernel, multiplier, dilation=dilation,
+                              padding=((pads[0], pads[1]), (pads[2], pads[3]))).initialize(rng)
+    conv.bias[:] = rng.standard_normal(conv.bias.shape)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y_shape = (shape[0], conv.out_channels, *conv.plan.geometry.out_hw(*shape[2:]))
+    assert conv.plan._flat(x, y_shape), "the chooser should take the flat forward"
+    want = ref.conv2d_grouped_forward(x, conv.weight, conv.bias, conv.stride, pads, shape[1], conv.dilation)
+    y = conv.forward(x, training=True).copy()
+    tol = 1e-5 * max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(y, want, rtol=0, atol=tol)
+    relu = conv.plan.forward(conv._buffers, x, conv.weight, conv.bias, True, None)
+    np.testing.assert_allclose(relu, np.maximum(want, 0), rtol=0, atol=tol)
+
+
 def test_uneven_padding_runs_the_unpadded_plan_on_a_padded_copy_and_matches_the_oracle(rng):
     """DS-CNN's stem (Keras's "same" at stride 2 as per-side padding) on the "padded" plan (the
     strided GEMM plan inside) and a stride-1 one, ReLU fused, in a trained network step."""

@@ -165,6 +165,13 @@ class GroupedPlan(CpuConvPlan):
         length = (oh - 1) * s * wp + (ow - 1) * s + 1  # the stride-1 wide rows the outputs lie on
         return hp * wp, max(length + 2 * margin, hp * wp + margin)
 
+    def _flat(self, x: Any, y_shape: tuple[int, ...]) -> bool:
+        """Whether a forward runs on flat planes (conv2d_forward_depthwise_flat): depthwise, stride
+        1, the output the input's size, x C-contiguous."""
+        g = self.geometry
+        return (g.ckk == g.kernel[0] * g.kernel[1] and g.stride == (1, 1) and y_shape[2:] == x.shape[2:]
+                and x.flags.c_contiguous)
+
     def _workspaces(self, ws: Workspace, wide: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
         """xpad and yw (the kernels' padded planes and wide rows), (threads, 1) when unread."""
         if wide is None:
@@ -176,6 +183,14 @@ class GroupedPlan(CpuConvPlan):
         ws["x"] = x
         g = self.geometry
         y = ws.buf("y", (x.shape[0], g.out_channels, *g.out_hw(x.shape[2], x.shape[3])))
+        if self._flat(x, y.shape):
+            masks = depthwise_masks(ws, g, x.shape[2], x.shape[3])
+            end = g.padding_end or g.padding
+            xpad = ws.buf("xflat", (self.slots, (g.padding[0] + x.shape[2] + end[0]) * x.shape[3]
+                                    + g.padding[1] + end[1]))
+            launch(K.conv2d_forward_depthwise_flat, y, masks, xpad, x, weight, bias, *g.dilation, *g.padding,
+                   relu)
+            return y
         xpad, yw = self._workspaces(ws, self._wide(x.shape, y.shape))
         launch(K.conv2d_forward_grouped, y, xpad, yw, x, weight, bias, *g.stride, *g.dilation, *g.padding,
                g.groups, relu)
@@ -197,6 +212,23 @@ class GroupedPlan(CpuConvPlan):
         launch(K.conv2d_backward_grouped, dx, dw_parts, db_parts, masked, lanes, xpad, dpad, gw, ones, dy,
                x, weight, y, *g.stride, *g.dilation,
                *g.padding, g.groups, need_dx, need_dw, relu)
+
+
+def depthwise_masks(ws: Workspace, g: ConvGeometry, h: int, w: int) -> np.ndarray:
+    """(KH * KW, h * w) uint8: 1 where tap (kh, kw) of an output of a stride-1, same-size plane
+    reads inside the plane (the flat depthwise forward's masks), kept while the shape stays."""
+    hw = ws.buf("masks_hw", (2,), np.int64)
+    masks = ws.get("masks")
+    if masks is not None and masks.shape == (g.kernel[0] * g.kernel[1], h * w) and tuple(hw) == (h, w):
+        return masks
+    (kh, kw), (dh, dw), (pt, pl) = g.kernel, g.dilation, g.padding
+    rows = np.arange(h)[None, :] + (np.arange(kh) * dh - pt)[:, None]  # (kh, h): the rows read
+    cols = np.arange(w)[None, :] + (np.arange(kw) * dw - pl)[:, None]
+    inside = ((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < w))[None, :, None, :]
+    masks = ws.buf("masks", (kh * kw, h * w), np.uint8)
+    masks[:] = inside.reshape(kh * kw, h * w)
+    hw[:] = (h, w)
+    return masks
 
 
 class PaddedPlan(ConvPlan):

@@ -213,6 +213,75 @@ def conv2d_forward_grouped(y, xpad, yw, x, w, b, SH, SW, DH, DW, PT, PL, groups,
     parallel_blocks(conv2d_forward_grouped_blocks(*args), conv2d_forward_grouped_block, args)
 
 
+@kernel()
+def conv2d_forward_depthwise_flat_blocks(y, masks, xpad, x, w, b, DH, DW, PT, PL, relu):
+    return y.shape[0] * y.shape[1]
+
+
+@kernel(fastmath=False)
+def _masked_taps(out, src, base, masks, wc, bias, W, DH, DW, PT, PL):
+    """out[j] = bias + the sum over the taps k = kh * KW + kw, in that order, of
+    wc[kh, kw] * src[base + j + d_k] where masks[k, j] (the tap reads inside the plane), j < P,
+    d_k = (kh DH - PT) W + kw DW - PL: a stride-1 plane of the input's size on its flat rows.
+    The loads are unconditional (every src[base + j + d_k] must exist), the products selected."""
+    P = out.shape[0]
+    KH, KW = wc.shape
+    z = np.float32(0.0)
+    for j in range(P):
+        out[j] = bias
+    for kh in range(KH):
+        for kw in range(KW):
+            wv = wc[kh, kw]
+            s = src[base + (kh * DH - PT) * W + kw * DW - PL:]
+            m = masks[kh * KW + kw]
+            for j in range(P):
+                t = wv * s[j]
+                out[j] += t if m[j] else z
+
+
+@kernel(fastmath=False)
+def conv2d_forward_depthwise_flat_block(i, y, masks, xpad, x, w, b, DH, DW, PT, PL, relu):
+    """Block i of conv2d_forward_depthwise_flat: the plane y[n, co], i = n * Co + co, read in place
+    from x's flat memory (the taps past the plane's edges masked); the batch's first and last
+    planes, whose reach leaves the array, from a copy with zero margins in xpad[thread]."""
+    N, Co, H, W = y.shape
+    KH, KW = w.shape[2], w.shape[3]
+    Ci = x.shape[1]
+    P = H * W
+    n, co = i // Co, i % Co
+    src = x.reshape(-1)
+    base = (n * Ci + co // (Co // Ci)) * P
+    back = PT * W + PL  # the farthest tap before a position, and after it:
+    ahead = ((KH - 1) * DH - PT) * W + (KW - 1) * DW - PL
+    out = y[n, co].reshape(-1)
+    if base - back < 0 or base + P + ahead > src.shape[0]:
+        xp = xpad[numba.get_thread_id()]
+        for j in range(xp.shape[0]):
+            xp[j] = np.float32(0.0)
+        for j in range(P):
+            xp[back + j] = src[base + j]
+        _masked_taps(out, xp, back, masks, w[co, 0], b[co], W, DH, DW, PT, PL)
+    else:
+        _masked_taps(out, src, base, masks, w[co, 0], b[co], W, DH, DW, PT, PL)
+    if relu:
+        for j in range(P):
+            v = out[j]
+            out[j] = v if not v < np.float32(0.0) else np.float32(0.0)
+
+
+@kernel(fastmath=False, export=True, team="blocks")
+def conv2d_forward_depthwise_flat(y, masks, xpad, x, w, b, DH, DW, PT, PL, relu):
+    """y = conv(x, w) + b, optionally ReLU'd, for a depthwise layer at stride 1 whose output has
+    its input's size: y (N, Co, H, W), x (N, Ci, H, W) C-contiguous, w (Co, 1, KH, KW), Co a
+    multiple of Ci (output co reads channel co // (Co / Ci)); masks (KH * KW, H * W) uint8, 1
+    where tap (kh, kw) of that output reads inside the plane (depthwise_masks); xpad (threads,
+    PT W + PL + H W + PB W + PR) scratch. Small planes (MLPerf Tiny's 25 x 5) run on flat rows
+    with no padded copy: a copy's scalar stores ahead of the taps' vector loads stall them."""
+    # disjoint output planes (n, co)
+    args = (y, masks, xpad, x, w, b, DH, DW, PT, PL, relu)
+    parallel_blocks(conv2d_forward_depthwise_flat_blocks(*args), conv2d_forward_depthwise_flat_block, args)
+
+
 @kernel(fastmath=False)
 def _row_sum(row):
     """The sum of row in a fixed order, folded in place: element k of every block of 16 into
