@@ -74,8 +74,9 @@ def test_two_trainings_at_once_take_no_longer_than_one_after_the_other():
     ratios = []
     for _ in range(2):
         ratios.append(_wall([TRAIN, TRAIN], together=True) / _wall([TRAIN, TRAIN], together=False))
-    # libgomp's default spin made this 3-4x on 2 cores; now 0.67 on a Xeon, 0.85-0.94 on a Zen 5
-    assert min(ratios) <= 1.1, ratios
+    # libgomp's default spin made this 3-4x on 2 cores; now 0.67 on a Xeon, 0.85-0.94 on a Zen 5. A loose
+    # bound, as the CI's shared machines are noisy: the spin itself is measured by the idle test below
+    assert min(ratios) <= 1.5, ratios
 
 
 IDLE = """
@@ -116,41 +117,54 @@ SEARCH = """
 import json, time
 import joblib
 from sklearn.datasets import load_digits
-from sklearn.model_selection import GridSearchCV
+from sklearn.model_selection import GridSearchCV, cross_validate
 from numbacnn import CNNClassifier
 
 X, y = load_digits(return_X_y=True)
 X = X / 16
 # 60 epochs: about a second a search on a Zen 5, so that Dask's own cost of sending the tasks (50-70 ms
-# a search there) is not what the ratio measures; at 12 epochs it was 1.1-1.24x sequential for that alone
+# a search there) is not what the ratio measures
 est = CNNClassifier(architecture="conv(8,3,padding=same),relu,maxpool(2),dense(32),relu", max_epochs=60,
                     random_state=0)
 def search(n_jobs):
     t = time.perf_counter()
-    GridSearchCV(est, {"learning_rate": [1e-3, 3e-3]}, cv=3, n_jobs=n_jobs).fit(X, y)
-    return time.perf_counter() - t
+    g = GridSearchCV(est, {"learning_rate": [1e-3, 3e-3]}, cv=3, n_jobs=n_jobs).fit(X, y)
+    return time.perf_counter() - t, g.best_estimator_.n_threads_
+def folds(n_jobs):  # the threads each fold's fit took where it ran
+    cv = cross_validate(est.set_params(max_epochs=1), X, y, cv=2, n_jobs=n_jobs, return_estimator=True)
+    est.set_params(max_epochs=60)
+    return [e.n_threads_ for e in cv["estimator"]]
 search(2)  # the workers start and load their kernels once
-res = {"sequential": min(search(1), search(1)), "n_jobs=2": min(search(2), search(2))}
+res = {"sequential": min(search(1), search(1)), "n_jobs=2": min(search(2), search(2)),
+       "folds n_jobs=2": folds(2)}
 from dask.distributed import Client, LocalCluster
 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \\
         Client(c):
     with joblib.parallel_backend("dask"):
         search(-1)
         res["dask"] = min(search(-1), search(-1))
+        res["folds dask"] = folds(-1)
 print(json.dumps(res))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.alone
-def test_parallel_model_search_is_no_slower_than_sequential_search():
+def test_parallel_model_search_shares_the_cores_and_refits_on_all_of_them():
+    """What makes a parallel search cheap, asked of the estimators themselves: each fold's fit in a
+    worker (joblib's loky, Dask's LocalCluster) takes its share of the cores, one thread, and the
+    refit in this process takes all of them, though Dask's LocalCluster writes OMP_NUM_THREADS=1 into
+    this process's environment (a refit that took it for its own made Dask's search 1.2x sequential).
+    The wall-time ratio is a loose guard against workers spinning for their cores, which made such
+    searches 3-4x slower; Dask's own cost of sending tasks put it at 0.8-1.22x on 2-core machines."""
     pytest.importorskip("dask.distributed")
-    if len(os.sched_getaffinity(0)) < 2:
+    both = len(os.sched_getaffinity(0))
+    if both < 2:
         pytest.skip("needs 2 CPUs")
     res = json.loads(_python(SEARCH).splitlines()[-1])
-    # each worker follows its share of the cores (OMP_NUM_THREADS=1), so the same work in the same
-    # time, and the refit in this process takes both cores (measured 0.77x and 0.97x). Workers
-    # spinning for their cores made such searches 3-4x slower; a refit that took Dask's
-    # OMP_NUM_THREADS=1 for its own made Dask's 1.2x.
-    assert res["n_jobs=2"] <= 1.15 * res["sequential"], res
-    assert res["dask"] <= 1.15 * res["sequential"], res
+    for arm in ("sequential", "n_jobs=2", "dask"):
+        assert res[arm][1] == both, (arm, res)  # the refit's threads
+    assert res["folds n_jobs=2"] == [1, 1], res
+    assert res["folds dask"] == [1, 1], res
+    assert res["n_jobs=2"][0] <= 1.6 * res["sequential"][0], res
+    assert res["dask"][0] <= 1.6 * res["sequential"][0], res
