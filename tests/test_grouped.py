@@ -73,12 +73,15 @@ def test_depthwise_3x3_planes_match_the_oracle(rng, multiplier, stride, dilation
 @pytest.mark.parametrize("multiplier,kernel,dilation,pads,shape", [
     (1, 3, 1, (1, 1, 1, 1), (4, 6, 25, 5)), (2, 3, 1, (0, 2, 1, 1), (3, 5, 7, 6)),
     (3, 3, 2, (2, 2, 2, 2), (2, 4, 9, 9)), (1, (5, 3), 1, (2, 2, 1, 1), (3, 4, 6, 2)),
-    (1, 3, 1, (1, 1, 1, 1), (3, 4, 1, 1)), (2, (1, 4), (1, 2), (0, 0, 3, 3), (2, 3, 4, 7))])
+    (1, 3, 1, (1, 1, 1, 1), (3, 4, 1, 1)), (2, (1, 4), (1, 2), (0, 0, 3, 3), (2, 3, 4, 7)),
+    (1, 3, 1, (1, 1, 1, 1), (130, 2, 5, 4)),  # several examples a gradient part (GRAD_PARTS)
+    (1, 3, 1, (1, 1, 1, 1), (2, 3, 3, 30))])  # wider than DEPTHWISE_FLAT_MAX_WIDTH: a wide-row backward
 def test_same_size_depthwise_planes_run_flat_and_match_the_oracle(rng, multiplier, kernel, dilation, pads,
                                                                   shape):
     """Stride-1 depthwise layers whose output is the input's size run on flat planes read in place
     (the batch's first and last planes, and planes smaller than a tap's reach, from a copy with
-    zero margins), with a fused ReLU too: against float64, 1e-5 of the scale."""
+    zero margins), forward and backward, with a fused ReLU too: against float64, 1e-5 of each
+    array's scale (sums of a few hundred float32 terms)."""
     conv = nc.DepthwiseConv2D(shape[1], kernel, multiplier, dilation=dilation,
                               padding=((pads[0], pads[1]), (pads[2], pads[3]))).initialize(rng)
     conv.bias[:] = rng.standard_normal(conv.bias.shape)
@@ -89,8 +92,18 @@ def test_same_size_depthwise_planes_run_flat_and_match_the_oracle(rng, multiplie
     y = conv.forward(x, training=True).copy()
     tol = 1e-5 * max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(y, want, rtol=0, atol=tol)
-    relu = conv.plan.forward(conv._buffers, x, conv.weight, conv.bias, True, None)
-    np.testing.assert_allclose(relu, np.maximum(want, 0), rtol=0, atol=tol)
+    geometry = (conv.stride, pads, shape[1], conv.dilation)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    for relu in (False, True):
+        ws = conv._buffers
+        got = conv.plan.forward(ws, x, conv.weight, conv.bias, relu, None)
+        np.testing.assert_allclose(got, np.maximum(want, 0) if relu else want, rtol=0, atol=tol)
+        dw, db = np.full_like(conv.weight, np.nan), np.full_like(conv.bias, np.nan)
+        dx = conv.plan.backward(ws, dy, conv.weight, dw, db, True, True, relu, None).copy()
+        wants = ref.conv2d_grouped_backward(dy * (want > 0) if relu else dy, x, conv.weight, *geometry)
+        for name, g, w in zip(("dx", "dw", "db"), (dx, dw, db), wants):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * max(1.0, float(np.abs(w).max())),
+                                       err_msg=f"{name} relu={relu}")
 
 
 def test_uneven_padding_runs_the_unpadded_plan_on_a_padded_copy_and_matches_the_oracle(rng):

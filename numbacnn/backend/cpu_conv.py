@@ -200,6 +200,17 @@ class GroupedPlan(CpuConvPlan):
         g = self.geometry
         x, y = ws["x"], ws["y"]
         masked = ws.buf("g", y.shape) if relu else ws.buf("g0", (1, 1, 1, 1))
+        if self._flat(x, y.shape) and dy.flags.c_contiguous and x.shape[3] <= T.DEPTHWISE_FLAT_MAX_WIDTH:
+            if relu:
+                launch(K.relu_backward, masked.reshape(-1), dy.reshape(-1), y.reshape(-1))
+            bmasks, cmasks = depthwise_masks(ws, g, x.shape[2], x.shape[3], back=True)
+            hw = x.shape[2] * x.shape[3]
+            lanes = ws.buf("lanes", (self.slots, g.out_channels // x.shape[1] * (g.ckk + 1), 2))
+            xpad = ws["xflat"]
+            gpad = ws.buf("gflat", (self.slots, xpad.shape[1] + (g.kernel[1] + 2) * hw))
+            launch(K.conv2d_backward_depthwise_flat, dx, dw_parts, db_parts, lanes, xpad, gpad, bmasks,
+                   cmasks, masked if relu else dy, x, weight, *g.dilation, *g.padding, need_dx, need_dw)
+            return
         wide = self._wide(x.shape, y.shape)
         lanes = ws.buf("lanes", (self.slots, g.ckk + 1, y.shape[3]) if wide is None else
                        (self.slots, g.out_channels // g.groups * (g.ckk + 1), 2))
@@ -214,21 +225,26 @@ class GroupedPlan(CpuConvPlan):
                *g.padding, g.groups, need_dx, need_dw, relu)
 
 
-def depthwise_masks(ws: Workspace, g: ConvGeometry, h: int, w: int) -> np.ndarray:
+def depthwise_masks(ws: Workspace, g: ConvGeometry, h: int, w: int, back: bool = False) -> Any:
     """(KH * KW, h * w) uint8: 1 where tap (kh, kw) of an output of a stride-1, same-size plane
-    reads inside the plane (the flat depthwise forward's masks), kept while the shape stays."""
+    reads inside the plane (the flat depthwise forward's masks), kept while the shape stays. With
+    ``back``, the backward's: the masks of the flipped filters (padded (KH - 1) DH - PT rows above
+    and (KW - 1) DW - PL columns left; the input gradient is their forward over the output's
+    gradient) and (KW, h * w): 1 where tap column kw reads inside the plane."""
     hw = ws.buf("masks_hw", (2,), np.int64)
-    masks = ws.get("masks")
-    if masks is not None and masks.shape == (g.kernel[0] * g.kernel[1], h * w) and tuple(hw) == (h, w):
-        return masks
-    (kh, kw), (dh, dw), (pt, pl) = g.kernel, g.dilation, g.padding
-    rows = np.arange(h)[None, :] + (np.arange(kh) * dh - pt)[:, None]  # (kh, h): the rows read
-    cols = np.arange(w)[None, :] + (np.arange(kw) * dw - pl)[:, None]
-    inside = ((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < w))[None, :, None, :]
-    masks = ws.buf("masks", (kh * kw, h * w), np.uint8)
-    masks[:] = inside.reshape(kh * kw, h * w)
-    hw[:] = (h, w)
-    return masks
+    taps = g.kernel[0] * g.kernel[1]
+    if ws.get("masks") is None or ws["masks"].shape != (taps, h * w) or tuple(hw) != (h, w):
+        (kh, kw), (dh, dw), (pt, pl) = g.kernel, g.dilation, g.padding
+        ih, iw = np.arange(h)[None, :], np.arange(w)[None, :]
+        for key, top, left in (("masks", pt, pl), ("bmasks", (kh - 1) * dh - pt, (kw - 1) * dw - pl)):
+            r = ih + (np.arange(kh) * dh - top)[:, None]  # (kh, h): the rows a tap reads
+            c = iw + (np.arange(kw) * dw - left)[:, None]
+            inside = ((r >= 0) & (r < h))[:, None, :, None] & ((c >= 0) & (c < w))[None, :, None, :]
+            ws.buf(key, (taps, h * w), np.uint8)[:] = inside.reshape(taps, h * w)
+        cols = iw + (np.arange(kw) * dw - pl)[:, None]
+        ws.buf("cmasks", (kw, h * w), np.uint8)[:] = np.tile((cols >= 0) & (cols < w), (1, h))
+        hw[:] = (h, w)
+    return (ws["bmasks"], ws["cmasks"]) if back else ws["masks"]
 
 
 class PaddedPlan(ConvPlan):

@@ -283,6 +283,119 @@ def conv2d_forward_depthwise_flat(y, masks, xpad, x, w, b, DH, DW, PT, PL, relu)
 
 
 @kernel(fastmath=False)
+def _edge_copy(xp, src, base, P, before, after):
+    """Where plane [base, base + P) of src reaches past src's ends (``before`` elements before it,
+    ``after`` after it): the plane copied into xp with that many zeros around it, and (xp, before);
+    else (src, base), read in place."""
+    if base - before >= 0 and base + P + after <= src.shape[0]:
+        return src, base
+    for j in range(xp.shape[0]):
+        xp[j] = np.float32(0.0)
+    for j in range(P):
+        xp[before + j] = src[base + j]
+    return xp, before
+
+
+@kernel()
+def conv2d_backward_depthwise_flat_blocks(dx, dw_parts, db_parts, lanes, xpad, gpad, masks, cmasks, g, x, w,
+                                          DH, DW, PT, PL, need_dx, need_dw):
+    return dw_parts.shape[0] * x.shape[1]
+
+
+@kernel(fastmath=False)
+def conv2d_backward_depthwise_flat_block(i, dx, dw_parts, db_parts, lanes, xpad, gpad, masks, cmasks, g, x, w,
+                                         DH, DW, PT, PL, need_dx, need_dw):
+    """Pair i of (P * Ci) of conv2d_backward_depthwise_flat: for each example n of part p, dx[n, ci]
+    (when need_dx: the forward's masked taps run backwards, flipped filters over the gradient)
+    and the part's sums for channel ci's outputs co (its multiplier filters), added over the
+    part's examples in order into lanes[thread, (k, tap or bias), 0]. A tap's sum over an example
+    is one dot (the dot micro-kernel's fixed lanes) of the gradient, its columns that the tap
+    reads outside the plane zeroed (cmasks), and the input shifted by the tap, over the rows
+    where the tap reads inside the plane; the bias's against ones."""
+    P = dw_parts.shape[0]
+    N, Co, H, W = g.shape
+    Ci = x.shape[1]
+    KH, KW = w.shape[2], w.shape[3]
+    R = KH * KW
+    HW = H * W
+    cog = Co // Ci
+    p, ci = i // Ci, i % Ci
+    n0, n1 = N * p // P, N * (p + 1) // P
+    t = numba.get_thread_id()
+    back = PT * W + PL  # the farthest tap before an output and after it
+    ahead = ((KH - 1) * DH - PT) * W + (KW - 1) * DW - PL
+    PB, PR = (KH - 1) * DH - PT, (KW - 1) * DW - PL  # the flipped filters' padding
+    xs, gs = x.reshape(-1), g.reshape(-1)
+    E = xpad.shape[1]
+    sc = gpad[t]  # the gradient's edge copy (E), a multiplier's input gradient, KW masked copies, ones
+    gcopy, tmp = sc[:E], sc[E:E + HW]
+    G0 = E + HW  # where the masked copies start
+    ONES = G0 + KW * HW
+    z, one = np.float32(0.0), np.float32(1.0)
+    for j in range(ONES, ONES + HW):
+        sc[j] = one
+    flat = lanes[t].reshape(-1)
+    acc = lanes[t, :, 0]
+    for r in range(cog * (R + 1)):
+        acc[r] = z
+    for n in range(n0, n1):
+        xsrc, xb = _edge_copy(xpad[t], xs, (n * Ci + ci) * HW, HW, back, ahead)
+        for k in range(cog):
+            co = ci * cog + k
+            base = k * (R + 1)
+            gsrc, gb = _edge_copy(gcopy, gs, (n * Co + co) * HW, HW, ahead, back)
+            dot_rows(flat, (base + R) * 2 + 1, 2, gsrc, gb, 0, 1, sc, ONES, 0, 1, HW)
+            acc[base + R] += flat[(base + R) * 2 + 1]
+            if need_dw:
+                gc = gsrc[gb:gb + HW]
+                for kw in range(KW):
+                    gm, cm = sc[G0 + kw * HW:G0 + (kw + 1) * HW], cmasks[kw]
+                    for j in range(HW):
+                        gm[j] = gc[j] if cm[j] else z
+                for kh in range(KH):
+                    lo, hi = max(0, PT - kh * DH), min(H, H + PT - kh * DH)  # the rows it reads inside
+                    if lo >= hi:
+                        continue
+                    for kw in range(KW):
+                        r = kh * KW + kw
+                        off = (kh * DH - PT) * W + kw * DW - PL
+                        dot_rows(flat, (base + r) * 2 + 1, 2, xsrc, xb + off + lo * W, 0, 1, sc,
+                                 G0 + kw * HW + lo * W, 0, 1, (hi - lo) * W)
+                        acc[base + r] += flat[(base + r) * 2 + 1]
+            if need_dx:
+                wf = w[co, 0, ::-1, ::-1]
+                if k == 0:
+                    _masked_taps(dx[n, ci].reshape(-1), gsrc, gb, masks, wf, z, W, DH, DW, PB, PR)
+                else:
+                    _masked_taps(tmp, gsrc, gb, masks, wf, z, W, DH, DW, PB, PR)
+                    d = dx[n, ci].reshape(-1)
+                    for j in range(HW):
+                        d[j] += tmp[j]
+    for k in range(cog):
+        for r in range(R):
+            dw_parts[p, ci * cog + k, r] = acc[k * (R + 1) + r]
+        db_parts[p, ci * cog + k] = acc[k * (R + 1) + R]
+
+
+@kernel(fastmath=False, export=True, team="blocks")
+def conv2d_backward_depthwise_flat(dx, dw_parts, db_parts, lanes, xpad, gpad, masks, cmasks, g, x, w, DH, DW,
+                                   PT, PL, need_dx, need_dw):
+    """The gradients of conv2d_forward_depthwise_flat from g (N, Co, H, W), C-contiguous (dy, masked
+    by a fused ReLU already): dx (N, Ci, H, W) when need_dx; per part p of the batch the weight
+    gradient dw_parts (P, Co, KH * KW) (zeros unless need_dw) and db_parts (P, Co), summed after
+    the whole batch. masks (KH * KW, H * W) uint8: the forward's masks of the flipped filters
+    (padded PB = (KH - 1) DH - PT rows above and PR = (KW - 1) DW - PL columns left: the input
+    gradient is their forward over g); cmasks (KW, H * W) uint8: 1 where tap column kw reads
+    inside the plane; lanes (threads, Co / Ci * (KH * KW + 1), 2); xpad (threads, as the
+    forward's) and gpad (threads, that + (KW + 2) H W) scratch. Every plane read in place on its
+    flat rows, each sum in a fixed order: any thread count, the same bits."""
+    # disjoint (part, input channel) pairs: their input planes and their filters' parts
+    args = (dx, dw_parts, db_parts, lanes, xpad, gpad, masks, cmasks, g, x, w, DH, DW, PT, PL, need_dx,
+            need_dw)
+    parallel_blocks(conv2d_backward_depthwise_flat_blocks(*args), conv2d_backward_depthwise_flat_block, args)
+
+
+@kernel(fastmath=False)
 def _row_sum(row):
     """The sum of row in a fixed order, folded in place: element k of every block of 16 into
     row[k] (sixteen independent sums), those sixteen in order, then the last len % 16 elements."""
