@@ -241,8 +241,8 @@ def depthwise_masks(ws: Workspace, g: ConvGeometry, h: int, w: int, back: bool =
             c = iw + (np.arange(kw) * dw - left)[:, None]
             inside = ((r >= 0) & (r < h))[:, None, :, None] & ((c >= 0) & (c < w))[None, :, None, :]
             ws.buf(key, (taps, h * w), np.uint8)[:] = inside.reshape(taps, h * w)
-        cols = iw + (np.arange(kw) * dw - pl)[:, None]
-        ws.buf("cmasks", (kw, h * w), np.uint8)[:] = np.tile((cols >= 0) & (cols < w), (1, h))
+            if key == "masks":  # the forward's columns alone, row after row
+                ws.buf("cmasks", (kw, h * w), np.uint8)[:] = np.tile((c >= 0) & (c < w), (1, h))
         hw[:] = (h, w)
     return (ws["bmasks"], ws["cmasks"]) if back else ws["masks"]
 

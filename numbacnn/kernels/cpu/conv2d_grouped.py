@@ -280,6 +280,21 @@ def _masked_taps(out, src, base, masks, wc, bias, W, DH, DW, PT, PL):
 
 
 @kernel(fastmath=False)
+def _edge_copy(xp, src, base, P, before, after):
+    """Where plane [base, base + P) of src reaches past src's ends (``before`` elements before it,
+    ``after`` after it): the plane copied into xp with that many zeros around it, and (xp, before);
+    else (src, base), read in place."""
+    if base - before >= 0 and base + P + after <= src.shape[0]:
+        return src, base
+    for j in range(xp.shape[0]):
+        xp[j] = np.float32(0.0)
+    for j in range(P):
+        xp[before + j] = src[base + j]
+    return xp, before
+
+
+
+@kernel(fastmath=False)
 def conv2d_forward_depthwise_flat_block(i, y, masks, xpad, x, w, b, DH, DW, PT, PL, relu):
     """Block i of conv2d_forward_depthwise_flat: the plane y[n, co], i = n * Co + co, read in place
     from x's flat memory (the taps past the plane's edges masked); the batch's first and last
@@ -294,15 +309,8 @@ def conv2d_forward_depthwise_flat_block(i, y, masks, xpad, x, w, b, DH, DW, PT, 
     back = PT * W + PL  # the farthest tap before a position, and after it:
     ahead = ((KH - 1) * DH - PT) * W + (KW - 1) * DW - PL
     out = y[n, co].reshape(-1)
-    if base - back < 0 or base + P + ahead > src.shape[0]:
-        xp = xpad[numba.get_thread_id()]
-        for j in range(xp.shape[0]):
-            xp[j] = np.float32(0.0)
-        for j in range(P):
-            xp[back + j] = src[base + j]
-        _masked_taps(out, xp, back, masks, w[co, 0], b[co], W, DH, DW, PT, PL)
-    else:
-        _masked_taps(out, src, base, masks, w[co, 0], b[co], W, DH, DW, PT, PL)
+    xsrc, xb = _edge_copy(xpad[numba.get_thread_id()], src, base, P, back, ahead)
+    _masked_taps(out, xsrc, xb, masks, w[co, 0], b[co], W, DH, DW, PT, PL)
     if relu:
         for j in range(P):
             v = out[j]
@@ -320,20 +328,6 @@ def conv2d_forward_depthwise_flat(y, masks, xpad, x, w, b, DH, DW, PT, PL, relu)
     # disjoint output planes (n, co)
     args = (y, masks, xpad, x, w, b, DH, DW, PT, PL, relu)
     parallel_blocks(conv2d_forward_depthwise_flat_blocks(*args), conv2d_forward_depthwise_flat_block, args)
-
-
-@kernel(fastmath=False)
-def _edge_copy(xp, src, base, P, before, after):
-    """Where plane [base, base + P) of src reaches past src's ends (``before`` elements before it,
-    ``after`` after it): the plane copied into xp with that many zeros around it, and (xp, before);
-    else (src, base), read in place."""
-    if base - before >= 0 and base + P + after <= src.shape[0]:
-        return src, base
-    for j in range(xp.shape[0]):
-        xp[j] = np.float32(0.0)
-    for j in range(P):
-        xp[before + j] = src[base + j]
-    return xp, before
 
 
 @kernel()

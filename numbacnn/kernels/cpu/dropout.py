@@ -22,7 +22,7 @@ _GROUPS = 1024  # groups of four values per parallel block
 _LO = np.uint64(0xFFFFFFFF)
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
-_S32, _S8 = np.uint64(32), np.uint64(8)
+_S32 = np.uint64(32)
 
 
 @kernel(inline=True)
@@ -97,10 +97,7 @@ def dropout_forward_part(blk, y, mask, x, state, threshold, scale):
     for g in range(G):
         group = first + np.uint64(g_lo + g)
         w0, w1, w2, w3 = philox4x32(group & _LO, group >> _S32, d0, d1, k0, k1)
-        words[4 * g] = np.uint32(w0)
-        words[4 * g + 1] = np.uint32(w1)
-        words[4 * g + 2] = np.uint32(w2)
-        words[4 * g + 3] = np.uint32(w3)
+        words[4 * g], words[4 * g + 1], words[4 * g + 2], words[4 * g + 3] = w0, w1, w2, w3
     base = np.int64((first + np.uint64(g_lo)) << np.uint64(2)) - np.int64(off)  # local index of words[0]
     lo, hi = max(np.int64(0), base), min(np.int64(M), base + 4 * G)
     ws, ms, ys, xs = words[lo - base:hi - base], mask[lo:hi], y[lo:hi], x[lo:hi]
