@@ -131,6 +131,54 @@ def test_optimizer_steps_follow_their_formulas(rng, name, kwargs):
         p = net.params.astype(np.float64)  # follow the float32 trajectory
 
 
+@pytest.mark.parametrize("name", ["sgd", "nesterov", "rmsprop", "adam"])
+def test_optimizer_state_below_the_smallest_normal_float_is_flushed_to_zero(rng, name):
+    """A parameter whose gradient stays zero decays its optimizer state into subnormal floats, which
+    x86 cores compute on a slow path (kernels/cpu/optim.py): the state is flushed to zero there, and
+    everywhere else follows the float64 formula; a NaN gradient still reaches the state."""
+    from numbacnn.kernels import cpu as K
+
+    tiny = np.finfo(np.float32).tiny
+    M = 3000  # several parallel blocks (8192 each: one), the tail past a vector's lanes
+    p = f32(rng.standard_normal(M))
+    g = np.zeros(M, np.float32)
+    g[:100] = rng.standard_normal(100)  # live parameters
+    g[100] = np.nan
+    # state: normal values that decay below tiny in this step, subnormal ones, ordinary ones
+    s0 = np.concatenate([f32(rng.standard_normal(100)), f32(tiny * rng.uniform(1.0, 1.1, 1000)),
+                         f32(tiny * rng.uniform(0.01, 0.9, 1000)), f32(rng.uniform(1e-30, 1e-3, 900))])
+    s0[100] = 1.0
+    s = [s0.copy(), np.abs(s0), s0.copy()]
+    p64, g64, st64 = p.astype(np.float64), g.astype(np.float64), [a.astype(np.float64) for a in s]
+    if name in ("sgd", "nesterov"):
+        K.sgd_update(p, g, s[0], 0.1, 0.5, 0.0, 0.0, name == "nesterov", False)
+        want_p, want = ref.sgd(p64, g64, st64[0], 0.1, 0.5, 0.0, 0.0, name == "nesterov", False)
+        got, want = [s[0]], [want]
+    elif name == "rmsprop":
+        s[0] = np.abs(s[0])
+        st64[0] = s[0].astype(np.float64)
+        K.rmsprop_update(p, g, s[0], s[1], s[2], 0.01, 0.5, 1e-8, 0.0, 0.5, False)
+        want_p, *want = ref.rmsprop(p64, g64, *st64, 0.01, 0.5, 1e-8, 0.0, 0.5, False)
+        got, want = [s[0], s[2]], [want[0], want[2]]
+    else:
+        K.adam_update(p, g, s[0], s[1], 0.01, 0.5, 0.5, 1e-8, 0.0, 3, False)
+        want_p, *want = ref.adam(p64, g64, st64[0], st64[1], 0.01, 0.5, 0.5, 1e-8, 0.0, 3)
+        got = s[:2]
+    # float32's rounding of each term: 2 ulp of the terms' size (the sums cancel where d is live)
+    scale = np.abs(s0).astype(np.float64) + np.abs(g64) + np.abs(g64) ** 2
+    if name == "rmsprop":  # and its momentum's term d / (sqrt(sq) + eps)
+        scale += np.abs(g64) / (np.sqrt(np.abs(want[0])) + 1e-8)
+    for a, w in zip(got, want):
+        assert np.isnan(a[100]) and np.isnan(w[100])
+        w = np.where(np.abs(w) < tiny, 0.0, w)  # flushed: exactly zero, never subnormal
+        assert not np.any((a != 0) & (np.abs(a) < tiny))
+        ok = ~np.isnan(w)
+        np.testing.assert_array_equal(a[ok] == 0, w[ok] == 0)
+        assert np.all(np.abs(a[ok] - w[ok]) <= 2.4e-7 * (np.abs(w[ok]) + scale[ok]))
+    ok = ~np.isnan(want_p)
+    np.testing.assert_allclose(p[ok], want_p[ok], rtol=1e-5, atol=1e-7)
+
+
 def test_optimizer_rejects_bad_hyperparameters():
     net = nc.Sequential([nc.Dense(3, 2)], seed=0)
     for bad in (dict(lr=0), dict(lr=-1), dict(lr=float("nan")), dict(lr=0.1, momentum=-0.5)):

@@ -1,10 +1,18 @@
-"""Optimizer updates on flat device arrays, one thread per parameter (torch.optim formulas)."""
+"""Optimizer updates on flat device arrays, one thread per parameter (torch.optim formulas); the
+kept state flushed to zero below the smallest normal float32, as on the CPU (kernels/cpu/optim.py)."""
 import math
 
 from numba import cuda
 
 from ...runtime.config import declare
 from ._launch import grid
+
+_TINY = 1.1754944e-38  # the smallest normal float32
+
+
+@cuda.jit(device=True, inline=True)
+def _flushed(x):
+    return 0.0 if abs(x) < _TINY else x
 
 
 @cuda.jit
@@ -14,7 +22,7 @@ def _sgd(p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first_step)
         return
     d = g[i] + weight_decay * p[i]
     if momentum != 0.0:
-        b = d if first_step else momentum * buf[i] + (1.0 - dampening) * d
+        b = _flushed(d if first_step else momentum * buf[i] + (1.0 - dampening) * d)
         buf[i] = b
         d = d + momentum * b if nesterov else b
     p[i] -= lr * d
@@ -26,16 +34,16 @@ def _rmsprop(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, mome
     if i >= p.size:
         return
     d = g[i] + weight_decay * p[i]
-    sq = alpha * square_avg[i] + (1.0 - alpha) * d * d
+    sq = _flushed(alpha * square_avg[i] + (1.0 - alpha) * d * d)
     square_avg[i] = sq
     if centered:
-        ga = alpha * grad_avg[i] + (1.0 - alpha) * d
+        ga = _flushed(alpha * grad_avg[i] + (1.0 - alpha) * d)
         grad_avg[i] = ga
         avg = math.sqrt(sq - ga * ga) + eps
     else:
         avg = math.sqrt(sq) + eps
     if momentum > 0.0:
-        b = momentum * buf[i] + d / avg
+        b = _flushed(momentum * buf[i] + d / avg)
         buf[i] = b
         p[i] -= lr * b
     else:
@@ -49,8 +57,8 @@ def _adam(p, g, m, v, step_size, beta1, beta2, eps, weight_decay, inv_bc2_sqrt, 
         return
     d = g[i] + weight_decay * p[i]
     p[i] *= shrink
-    mi = beta1 * m[i] + (1.0 - beta1) * d
-    vi = beta2 * v[i] + (1.0 - beta2) * d * d
+    mi = _flushed(beta1 * m[i] + (1.0 - beta1) * d)
+    vi = _flushed(beta2 * v[i] + (1.0 - beta2) * d * d)
     m[i] = mi
     v[i] = vi
     p[i] -= step_size * mi / (math.sqrt(vi) * inv_bc2_sqrt + eps)
