@@ -179,6 +179,24 @@ def test_optimizer_state_below_the_smallest_normal_float_is_flushed_to_zero(rng,
     np.testing.assert_allclose(p[ok], want_p[ok], rtol=1e-5, atol=1e-7)
 
 
+def test_centered_rmsprop_stays_finite_where_its_square_average_is_flushed():
+    """Centered RMSProp's variance sq - ga * ga: with sq flushed below the smallest normal float32 and
+    ga still normal (a valid state: ga * ga <= sq), it would fall below zero by less than that and
+    give NaN; it is flushed too, so the step divides by eps and the parameter stays put."""
+    from numbacnn.kernels import cpu as K
+
+    tiny = np.finfo(np.float32).tiny
+    M = 1000
+    p = np.ones(M, np.float32)
+    g = np.zeros(M, np.float32)
+    sq = np.full(M, 1.05 * tiny, np.float32)
+    ga = np.full(M, 1e-19, np.float32)  # ga * ga = 1e-38 < sq
+    buf = np.zeros(M, np.float32)
+    K.rmsprop_update(p, g, sq, ga, buf, 0.01, 0.5, 1e-8, 0.0, 0.0, True)
+    assert np.all(sq == 0) and np.all(ga == np.float32(5e-20))
+    np.testing.assert_array_equal(p, np.ones(M, np.float32))
+
+
 def test_optimizer_rejects_bad_hyperparameters():
     net = nc.Sequential([nc.Dense(3, 2)], seed=0)
     for bad in (dict(lr=0), dict(lr=-1), dict(lr=float("nan")), dict(lr=0.1, momentum=-0.5)):

@@ -94,7 +94,9 @@ def rmsprop_update_part(blk, p, g, square_avg, grad_avg, buf, lr, alpha, eps, we
         if centered:
             ga = _flushed(a * gas[i] + one_a * d)
             gas[i] = ga
-            avg = np.sqrt(sq - ga * ga) + e
+            # (the variance flushed too: with the square average flushed, sq - ga * ga may fall
+            # below zero by less than _TINY)
+            avg = np.sqrt(_flushed(sq - ga * ga)) + e
         else:
             avg = np.sqrt(sq) + e
         if momentum > 0.0:

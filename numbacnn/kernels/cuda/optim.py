@@ -39,7 +39,7 @@ def _rmsprop(p, g, square_avg, grad_avg, buf, lr, alpha, eps, weight_decay, mome
     if centered:
         ga = _flushed(alpha * grad_avg[i] + (1.0 - alpha) * d)
         grad_avg[i] = ga
-        avg = math.sqrt(sq - ga * ga) + eps
+        avg = math.sqrt(_flushed(sq - ga * ga)) + eps
     else:
         avg = math.sqrt(sq) + eps
     if momentum > 0.0:
