@@ -395,6 +395,39 @@ def thread_scaling(net_name: str, batch: int, threads: int, rounds: int, block: 
     return ratios
 
 
+def step_overhead(net_name: str, rounds: int, block: float) -> dict[str, float]:
+    """What a small step costs beyond its kernels: ``net_name``'s batch-1 training step on one
+    thread as Trainer.fit takes it (the batch gathered, the recorded calls replayed, the optimizer
+    updated), and, interleaved with it in ``rounds`` blocks, the same step's kernel calls alone
+    (the replay's compiled calls and the optimizer's, without the Python around them). Microseconds,
+    medians over the rounds; ``rest_us`` is the difference."""
+    from .runtime.calls import capture
+    from .runtime.program import compiled
+
+    ours = _Ours(net_name, 1)
+    with _threads(1):
+        for _ in range(20):
+            ours.train_step()
+        idx = np.arange(1, dtype=np.int64)
+        program = ours.trainer._program(ours.x, ours.y, idx)
+        if program is None or not program.calls:
+            raise RuntimeError(f"{net_name}: no recorded step to time")
+        with capture() as calls:
+            ours.opt.step()
+        kernels = [*program._compiled, *compiled(calls)]
+
+        def alone() -> None:
+            for f, args in kernels:
+                f(*args)
+
+        samples: tuple[list[float], list[float]] = ([], [])
+        for _ in range(rounds):
+            for i, fn in enumerate((ours.train_step, alone)):
+                samples[i].append(1e6 / _time_block(fn, block))
+    step, alone_us = (statistics.median(v) for v in samples)
+    return {"step_us": step, "kernels_us": alone_us, "rest_us": step - alone_us, "calls": len(kernels)}
+
+
 # --- compile time, warm start and memory (each in a fresh process) -----------------------------
 _CHILD = r"""
 import os, sys, time
@@ -591,6 +624,13 @@ def main(argv: list[str] | None = None) -> int:
                              f"{r['onnx_infer_ratio']:5.2f}")
                 print(line, flush=True)
     _config.set_num_threads(None)
+    overhead: dict[str, float] = {}
+    if args.device == "cpu":
+        overhead = step_overhead("lenet5", args.rounds, args.block)
+        print(f"per-step overhead (lenet5, batch 1, 1 thread): a training step {overhead['step_us']:.0f} "
+              f"us, its {overhead['calls']:.0f} kernel calls alone {overhead['kernels_us']:.0f} us, the "
+              f"rest {overhead['rest_us']:.0f} us (the batch gathered, the calls replayed, the "
+              f"optimizer's Python)", flush=True)
     scaling: dict[str, dict[int, float]] = {}
     scaling_rounds: dict[str, dict[int, list[float]]] = {}
     top = max(threads)
@@ -627,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
                        "bf16_unit": describe_unit("bf16"), "cores": os.cpu_count(),
                        "matmul_peak_gflops": peaks, "fma_peak_gflops": fma_peaks, "results": results,
                        "thread_scaling": scaling, "thread_scaling_rounds": scaling_rounds,
-                       "startup": startup}, f, indent=2)
+                       "startup": startup, "step_overhead": overhead}, f, indent=2)
     return 0
 
 

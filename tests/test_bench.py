@@ -64,7 +64,17 @@ def test_bench_runs_end_to_end_and_writes_json(tmp_path, capsys):
     rounds = data["thread_scaling_rounds"]["lenet5"]["8"]
     assert len(rounds) == 3 and all(r > 0 for r in rounds)
     assert data["thread_scaling"]["lenet5"]["8"] == sorted(rounds)[1]  # the median
+    # the batch-1 step beside its kernels alone: the recorded step's calls and the optimizer's one
+    over = data["step_overhead"]
+    assert over["step_us"] > 0 and over["kernels_us"] > 0
+    assert abs(over["rest_us"] - (over["step_us"] - over["kernels_us"])) < 1e-9
+    net = nc.build_network("lenet5", (1, 28, 28), 10, seed=0)
+    tr = nc.Trainer(net, nc.SGD(net, lr=0.01, momentum=0.9), batch_size=1, progress=False)
+    tr.train_step(np.zeros((1, 1, 28, 28), np.float32), np.zeros(1, np.int64))
+    program = tr._program(np.zeros((1, 1, 28, 28), np.float32), np.zeros(1, np.int64), np.arange(1))
+    assert over["calls"] == len(program.calls) + 1
     out = capsys.readouterr().out
+    assert "per-step overhead (lenet5, batch 1, 1 thread): a training step" in out
     assert "lenet5" in out and "training speed-up, 2 threads over 1 (measured" in out
     from numbacnn.precision import describe_unit  # the CPU and the bf16 unit that ran, in the first line
 
